@@ -1,0 +1,368 @@
+// Package agent owns Baton's sidecar: the listener producers connect to,
+// Kafka framing and per-connection pipelining, the upstream broker pools
+// for the source and destination clusters, and the router that sends each
+// request where its topic's migration state says. Filters (package filter)
+// run between the connection and the router.
+//
+// The agent presents itself as a one-broker cluster: Metadata and
+// FindCoordinator name only the agent, leader epochs are synthetic and only
+// grow, and KIP-951 leader hints are stripped from responses.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/baton-kafka/baton/filter"
+)
+
+// Defaults of the options below.
+const (
+	DefaultListen          = "127.0.0.1:9092"
+	DefaultMaxFrameBytes   = 100 << 20
+	DefaultForwardDeadline = 2 * time.Second
+	DefaultUpstreamConns   = 2
+	DefaultNodeID          = 0
+)
+
+// Configuration errors name the field at fault.
+var ErrBadConfig = errors.New("agent: bad config")
+
+// Opt configures an Agent.
+type Opt interface{ apply(*config) }
+
+type optFunc func(*config)
+
+func (f optFunc) apply(c *config) { f(c) }
+
+type config struct {
+	listen          string
+	advertise       string
+	admin           string
+	source          []string
+	destination     []string
+	routes          *RouteTable
+	maxFrame        int32
+	forwardDeadline time.Duration
+	upstreamConns   int
+	nodeID          int32
+	filters         []filter.Factory
+	log             *slog.Logger
+	registry        *prometheus.Registry
+}
+
+// Listen sets the address producers connect to, overriding 127.0.0.1:9092.
+func Listen(addr string) Opt { return optFunc(func(c *config) { c.listen = addr }) }
+
+// Advertise sets the host:port the agent names in Metadata, overriding the
+// listener's own address.
+func Advertise(addr string) Opt { return optFunc(func(c *config) { c.advertise = addr }) }
+
+// Admin sets the address of /metrics and /healthz, overriding none (off).
+func Admin(addr string) Opt { return optFunc(func(c *config) { c.admin = addr }) }
+
+// Source sets the source cluster's bootstrap brokers. Required.
+func Source(bootstrap ...string) Opt { return optFunc(func(c *config) { c.source = bootstrap }) }
+
+// Destination sets the destination cluster's bootstrap brokers. Required.
+func Destination(bootstrap ...string) Opt {
+	return optFunc(func(c *config) { c.destination = bootstrap })
+}
+
+// Routes sets the route table, overriding an empty one (every topic passes
+// through to the source).
+func Routes(t *RouteTable) Opt { return optFunc(func(c *config) { c.routes = t }) }
+
+// MaxFrameBytes bounds a request frame, overriding 100 MiB. A larger frame
+// closes its connection.
+func MaxFrameBytes(n int32) Opt { return optFunc(func(c *config) { c.maxFrame = n }) }
+
+// ForwardDeadline bounds a forwarded produce, overriding 2 s: a produce not
+// answered upstream in time is answered with the retriable error.
+func ForwardDeadline(d time.Duration) Opt {
+	return optFunc(func(c *config) { c.forwardDeadline = d })
+}
+
+// UpstreamConns sets connections per upstream broker, overriding 2. Each
+// client connection sticks to one, which keeps its requests in order.
+func UpstreamConns(n int) Opt { return optFunc(func(c *config) { c.upstreamConns = n }) }
+
+// NodeID sets the broker id the agent reports for itself, overriding 0.
+func NodeID(id int32) Opt { return optFunc(func(c *config) { c.nodeID = id }) }
+
+// Filters sets the listener's filter chain, in request order.
+func Filters(f ...filter.Factory) Opt { return optFunc(func(c *config) { c.filters = f }) }
+
+// Logger sets the logger, overriding slog.Default().
+func Logger(l *slog.Logger) Opt { return optFunc(func(c *config) { c.log = l }) }
+
+// Registry sets the Prometheus registry metrics register in, overriding a
+// new private one.
+func Registry(r *prometheus.Registry) Opt { return optFunc(func(c *config) { c.registry = r }) }
+
+// Agent is a running sidecar.
+type Agent struct {
+	cfg     config
+	log     *slog.Logger
+	routes  *RouteTable
+	src     *upstream
+	dst     *upstream
+	nodeID  int32
+	metrics *metrics
+	epochs  *epochs
+
+	ln      net.Listener
+	adminLn net.Listener
+	self    kmsg.MetadataResponseBroker
+
+	connSeq atomic.Uint64
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	conns   map[uint64]net.Conn
+	closing atomic.Bool
+	ready   atomic.Bool
+}
+
+// New validates the options and binds the listeners. Run serves.
+func New(opts ...Opt) (*Agent, error) {
+	cfg := config{
+		listen:          DefaultListen,
+		maxFrame:        DefaultMaxFrameBytes,
+		forwardDeadline: DefaultForwardDeadline,
+		upstreamConns:   DefaultUpstreamConns,
+		nodeID:          DefaultNodeID,
+	}
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	if cfg.log == nil {
+		cfg.log = slog.Default()
+	}
+	if cfg.registry == nil {
+		cfg.registry = prometheus.NewRegistry()
+	}
+	if cfg.routes == nil {
+		cfg.routes = NewRouteTable(nil)
+	}
+	switch {
+	case len(cfg.source) == 0:
+		return nil, fmt.Errorf("%w: source: bootstrap brokers required", ErrBadConfig)
+	case len(cfg.destination) == 0:
+		return nil, fmt.Errorf("%w: destination: bootstrap brokers required", ErrBadConfig)
+	case cfg.maxFrame < 1<<10:
+		return nil, fmt.Errorf("%w: max frame bytes: %d is below 1 KiB", ErrBadConfig, cfg.maxFrame)
+	case cfg.forwardDeadline <= 0:
+		return nil, fmt.Errorf("%w: forward deadline: must be positive, got %s", ErrBadConfig, cfg.forwardDeadline)
+	case cfg.upstreamConns < 1:
+		return nil, fmt.Errorf("%w: upstream conns: must be at least 1, got %d", ErrBadConfig, cfg.upstreamConns)
+	case cfg.nodeID < 0:
+		return nil, fmt.Errorf("%w: node id: must not be negative, got %d", ErrBadConfig, cfg.nodeID)
+	}
+	for _, b := range append(append([]string(nil), cfg.source...), cfg.destination...) {
+		if _, _, err := net.SplitHostPort(b); err != nil {
+			return nil, fmt.Errorf("%w: bootstrap %q: %w", ErrBadConfig, b, err)
+		}
+	}
+	a := &Agent{
+		cfg:    cfg,
+		log:    cfg.log,
+		routes: cfg.routes,
+		nodeID: cfg.nodeID,
+		epochs: newEpochs(time.Now()),
+		conns:  map[uint64]net.Conn{},
+	}
+	a.metrics = newMetrics(cfg.registry)
+	readTO := 60 * time.Second
+	a.src = newUpstream("source", cfg.source, cfg.upstreamConns, 10*time.Second, readTO, a.log)
+	a.dst = newUpstream("destination", cfg.destination, cfg.upstreamConns, 10*time.Second, readTO, a.log)
+
+	ln, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return nil, fmt.Errorf("%w: listen %q: %w", ErrBadConfig, cfg.listen, err)
+	}
+	a.ln = ln
+	adv := cfg.advertise
+	if adv == "" {
+		adv = ln.Addr().String()
+	}
+	host, portStr, err := net.SplitHostPort(adv)
+	port, perr := strconv.Atoi(portStr)
+	if err != nil || perr != nil {
+		ln.Close()
+		return nil, fmt.Errorf("%w: advertise %q: want host:port", ErrBadConfig, adv)
+	}
+	a.self = kmsg.NewMetadataResponseBroker()
+	a.self.NodeID, a.self.Host, a.self.Port = cfg.nodeID, host, int32(port)
+	if cfg.admin != "" {
+		if a.adminLn, err = net.Listen("tcp", cfg.admin); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("%w: admin listen %q: %w", ErrBadConfig, cfg.admin, err)
+		}
+	}
+	return a, nil
+}
+
+// Addr is the listener's address.
+func (a *Agent) Addr() string { return a.ln.Addr().String() }
+
+// AdminAddr is the admin listener's address, or "" when off.
+func (a *Agent) AdminAddr() string {
+	if a.adminLn == nil {
+		return ""
+	}
+	return a.adminLn.Addr().String()
+}
+
+// Routes is the agent's route table.
+func (a *Agent) Routes() *RouteTable { return a.routes }
+
+// Run learns what both clusters support, then serves until ctx ends; it
+// closes every connection before it returns.
+func (a *Agent) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if a.adminLn != nil {
+		srv := &http.Server{Handler: a.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
+		go srv.Serve(a.adminLn)
+		defer srv.Close()
+	}
+	if err := a.learnVersions(ctx); err != nil {
+		a.ln.Close()
+		return err
+	}
+	a.ready.Store(true)
+	a.log.Info("agent serving", "listen", a.Addr(), "advertise", net.JoinHostPort(a.self.Host, strconv.Itoa(int(a.self.Port))),
+		"source", strings.Join(a.cfg.source, ","), "destination", strings.Join(a.cfg.destination, ","))
+
+	go func() {
+		<-ctx.Done()
+		a.closing.Store(true)
+		a.ln.Close()
+	}()
+	for {
+		nc, err := a.ln.Accept()
+		if err != nil {
+			if a.closing.Load() {
+				break
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			a.log.Error("accept failed", "err", err)
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		id := a.connSeq.Add(1)
+		a.mu.Lock()
+		a.conns[id] = nc
+		a.mu.Unlock()
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			a.serveConn(ctx, id, nc)
+			a.mu.Lock()
+			delete(a.conns, id)
+			a.mu.Unlock()
+		}()
+	}
+	a.mu.Lock()
+	for _, nc := range a.conns {
+		nc.Close()
+	}
+	a.mu.Unlock()
+	a.wg.Wait()
+	a.src.close()
+	a.dst.close()
+	return nil
+}
+
+// learnVersions asks both clusters for ApiVersions, retrying until the
+// source answers. The destination may be down at start (REJECT and PROXY
+// do not write to it); then the agent advertises what the source supports
+// and keeps asking the destination in the background.
+func (a *Agent) learnVersions(ctx context.Context) error {
+	backoff := 100 * time.Millisecond
+	for {
+		err := a.src.loadVersions(ctx)
+		if err == nil {
+			break
+		}
+		a.log.Warn("source cluster not answering ApiVersions yet", "err", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("agent: source cluster never answered: %w", err)
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err := a.dst.loadVersions(dctx)
+	cancel()
+	if err != nil {
+		a.log.Warn("destination cluster not answering; advertising source versions only until it does", "err", err)
+		go func() {
+			for ctx.Err() == nil && !a.dst.hasVersions() {
+				select {
+				case <-ctx.Done():
+				case <-time.After(5 * time.Second):
+					if err := a.dst.loadVersions(ctx); err == nil {
+						a.log.Info("destination cluster answered ApiVersions")
+					}
+				}
+			}
+		}()
+	}
+	return nil
+}
+
+func (a *Agent) selfBroker() kmsg.MetadataResponseBroker { return a.self }
+
+func (a *Agent) describeCluster(version int16) kmsg.Response {
+	resp := kmsg.NewPtrDescribeClusterResponse()
+	resp.SetVersion(version)
+	a.src.mu.RLock()
+	if a.src.clusterID != nil {
+		resp.ClusterID = *a.src.clusterID
+	}
+	a.src.mu.RUnlock()
+	resp.ControllerID = a.nodeID
+	b := kmsg.NewDescribeClusterResponseBroker()
+	b.NodeID, b.Host, b.Port = a.self.NodeID, a.self.Host, a.self.Port
+	resp.Brokers = []kmsg.DescribeClusterResponseBroker{b}
+	return resp
+}
+
+func (a *Agent) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(a.cfg.registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if !a.ready.Load() {
+			http.Error(w, "waiting for the source cluster", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/routes", func(w http.ResponseWriter, _ *http.Request) {
+		routes, v := a.routes.Snapshot()
+		fmt.Fprintf(w, "version %d\n", v)
+		for _, r := range routes {
+			fmt.Fprintf(w, "%s\t%s\n", r.Topic, r.State)
+		}
+	})
+	return mux
+}

@@ -1,0 +1,114 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"time"
+
+	"github.com/baton-kafka/baton/filter"
+)
+
+// maxPipelined bounds the requests one connection may have in flight in the
+// agent; reading stops (TCP backpressure) past it. Clients keep at most 5
+// produce requests in flight per broker, so this is rarely reached.
+const maxPipelined = 128
+
+// serveConn serves one client connection: a reader that decodes requests
+// and runs the request side of the chain in order, and a writer that waits
+// for each answer and writes responses in the same order.
+func (a *Agent) serveConn(ctx context.Context, id uint64, nc net.Conn) {
+	log := a.log.With("conn", id, "remote", nc.RemoteAddr().String())
+	a.metrics.conns.Inc()
+	defer a.metrics.conns.Dec()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer nc.Close()
+
+	info := filter.ConnInfo{ID: id, Remote: nc.RemoteAddr().String(), Local: nc.LocalAddr().String()}
+	chain := filter.NewChain(info, a.cfg.filters, &router{a: a, slot: id})
+	queue := make(chan *filter.Started, maxPipelined)
+	writerDone := make(chan struct{})
+
+	go func() {
+		defer close(writerDone)
+		if err := a.writeResponses(ctx, nc, chain, queue); err != nil {
+			log.Info("closing connection", "err", err)
+		}
+		cancel()
+		nc.Close() // unblock the reader
+	}()
+
+	br := bufio.NewReaderSize(nc, 64<<10)
+	for {
+		frame, err := readFrame(br, a.cfg.maxFrame)
+		if err != nil {
+			switch {
+			case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
+				log.Debug("client closed connection")
+			default:
+				a.metrics.badFrames.Inc()
+				log.Warn("closing connection: bad frame", "err", err)
+			}
+			break
+		}
+		x, err := parseRequest(frame)
+		if err != nil {
+			a.metrics.badFrames.Inc()
+			log.Warn("closing connection: malformed request", "err", err)
+			break
+		}
+		x.Received = time.Now()
+		s := chain.Request(ctx, x)
+		select {
+		case queue <- s:
+		case <-writerDone:
+			return
+		}
+	}
+	close(queue)
+	cancel() // answers still pending are not wanted: the client is gone
+	<-writerDone
+}
+
+// writeResponses writes answers in request order. It returns when the
+// queue closes or an exchange must close the connection.
+func (a *Agent) writeResponses(ctx context.Context, nc net.Conn, chain *filter.Chain, queue <-chan *filter.Started) error {
+	bw := bufio.NewWriterSize(nc, 64<<10)
+	var buf []byte
+	for s := range queue {
+		chain.Response(ctx, s)
+		x := s.X
+		if x.Err != nil {
+			bw.Flush()
+			return x.Err
+		}
+		if x.NoResponse {
+			continue
+		}
+		buf = append(buf[:0], 0, 0, 0, 0)
+		buf = binary.BigEndian.AppendUint32(buf, uint32(x.Header.CorrelationID))
+		if responseHeaderFlexible(x.Header.APIKey, x.Header.APIVersion) {
+			buf = append(buf, 0)
+		}
+		if x.Resp != nil {
+			x.Resp.SetVersion(x.Header.APIVersion)
+			buf = x.Resp.AppendTo(buf)
+		} else {
+			buf = append(buf, x.RawResp...)
+		}
+		binary.BigEndian.PutUint32(buf, uint32(len(buf)-4))
+		if _, err := bw.Write(buf); err != nil {
+			return err
+		}
+		if len(queue) == 0 {
+			if err := bw.Flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return bw.Flush()
+}

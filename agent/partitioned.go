@@ -1,0 +1,538 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/baton-kafka/baton/filter"
+)
+
+// Requests addressed to partitions (Produce, Fetch, ListOffsets,
+// OffsetForLeaderEpoch) are split by the cluster each topic routes to and
+// by that cluster's partition leader, sent to every leader at once, and
+// re-assembled in the request's order.
+
+type tp struct {
+	topic     string
+	partition int32
+}
+
+// shard is the part of a request one broker serves: indexes into the
+// request's flattened partition list.
+type shard struct {
+	up   *upstream
+	addr string
+	idx  []int
+}
+
+// shardByLeader groups parts by leader. codes[i] is set, and i left out of
+// every shard, when part i cannot be sent (no leader known, topic held).
+func (r *router) shardByLeader(ctx context.Context, parts []tp, upFor func(topic string) *upstream) ([]*shard, []int16) {
+	codes := make([]int16, len(parts))
+	var shards []*shard
+	byAddr := map[*upstream]map[string]*shard{}
+	for i, p := range parts {
+		up := upFor(p.topic)
+		if up == nil {
+			codes[i] = retriable
+			continue
+		}
+		addr, err := up.leaderAddr(ctx, p.topic, p.partition)
+		if err != nil {
+			codes[i] = errorCode(err)
+			continue
+		}
+		m := byAddr[up]
+		if m == nil {
+			m = map[string]*shard{}
+			byAddr[up] = m
+		}
+		s := m[addr]
+		if s == nil {
+			s = &shard{up: up, addr: addr}
+			m[addr] = s
+			shards = append(shards, s)
+		}
+		s.idx = append(s.idx, i)
+	}
+	return shards, codes
+}
+
+// errorCode turns an error into the Kafka code a client should see: the
+// broker's own code when there is one, else the retriable error (the agent
+// cannot vouch for the outcome).
+func errorCode(err error) int16 {
+	var ke *kerr.Error
+	if errors.As(err, &ke) {
+		return ke.Code
+	}
+	return retriable
+}
+
+// leaderGone says whether a partition error means our leader cache is stale.
+func leaderGone(code int16) bool {
+	switch code {
+	case kerr.NotLeaderForPartition.Code, kerr.UnknownTopicOrPartition.Code,
+		kerr.LeaderNotAvailable.Code, kerr.FencedLeaderEpoch.Code,
+		kerr.UnknownLeaderEpoch.Code, kerr.NotEnoughReplicas.Code,
+		kerr.KafkaStorageError.Code:
+		return true
+	}
+	return false
+}
+
+// sent is one shard's request on the wire.
+type sent struct {
+	s   *shard
+	cl  *call
+	err error
+}
+
+func (r *router) sendShards(ctx context.Context, shards []*shard, key, ver int16, clientID *string, build func(s *shard) kmsg.Request, expect bool) []sent {
+	out := make([]sent, len(shards))
+	for i, s := range shards {
+		body := build(s).AppendTo(nil)
+		cl, err := s.up.send(ctx, s.addr, r.slot, key, ver, clientID, body, expect)
+		out[i] = sent{s: s, cl: cl, err: err}
+	}
+	return out
+}
+
+// collect waits for each shard's answer and decodes it as resp kind.
+func (r *router) collect(ctx context.Context, ss []sent, key, ver int16, start time.Time, kind func() kmsg.Response, each func(s *shard, resp kmsg.Response, err error)) {
+	for _, x := range ss {
+		if x.err != nil {
+			each(x.s, nil, x.err)
+			continue
+		}
+		body, err := x.cl.wait(ctx)
+		r.a.observeUpstream(x.s.up.name, key, time.Since(start), err)
+		if err != nil {
+			each(x.s, nil, err)
+			continue
+		}
+		resp := kind()
+		resp.SetVersion(ver)
+		if err := resp.ReadFrom(body); err != nil {
+			each(x.s, nil, fmt.Errorf("decoding %s response from %s: %w", kmsg.NameForKey(key), x.s.addr, err))
+			continue
+		}
+		each(x.s, resp, nil)
+	}
+}
+
+// writeUpstream returns the cluster writes to topic go to, holding the
+// request while the topic is MIGRATING in hold mode. nil means refuse with
+// the retriable error.
+func (r *router) writeUpstream(ctx context.Context, topic string) *upstream {
+	route := r.a.routes.Lookup(topic)
+	if route.Target() == ToNowhere && route.Mode == Hold {
+		route = r.hold(ctx, route)
+	}
+	switch route.Target() {
+	case ToSource:
+		return r.a.src
+	case ToDestination:
+		return r.a.dst
+	}
+	return nil
+}
+
+// hold waits until topic leaves MIGRATING, HoldMax passes or ctx ends, and
+// returns the route then in force.
+func (r *router) hold(ctx context.Context, route Route) Route {
+	r.a.metrics.held.Inc()
+	defer r.a.metrics.held.Dec()
+	timer := time.NewTimer(route.HoldMax)
+	defer timer.Stop()
+	for {
+		changed := r.a.routes.Changed()
+		cur := r.a.routes.Lookup(route.Topic)
+		if cur.Target() != ToNowhere {
+			return cur
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return cur
+		case <-ctx.Done():
+			return cur
+		}
+	}
+}
+
+// --- Produce ---
+
+func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.ProduceRequest) filter.Pending {
+	start := time.Now()
+	var parts []tp
+	for _, t := range req.Topics {
+		for _, p := range t.Partitions {
+			parts = append(parts, tp{t.Topic, p.Partition})
+		}
+	}
+	ups := map[string]*upstream{}
+	for _, t := range req.Topics {
+		if _, ok := ups[t.Topic]; !ok {
+			ups[t.Topic] = r.writeUpstream(ctx, t.Topic)
+		}
+	}
+	shards, codes := r.shardByLeader(ctx, parts, func(t string) *upstream { return ups[t] })
+
+	expect := req.Acks != 0
+	var ss []sent
+	if len(shards) == 1 && len(shards[0].idx) == len(parts) {
+		// One leader serves the whole request: forward the client's bytes.
+		s := shards[0]
+		cl, err := s.up.send(ctx, s.addr, r.slot, 0, req.Version, x.Header.ClientID, x.RawReq, expect)
+		ss = []sent{{s: s, cl: cl, err: err}}
+	} else {
+		ss = r.sendShards(ctx, shards, 0, req.Version, x.Header.ClientID, func(s *shard) kmsg.Request {
+			sub := kmsg.NewPtrProduceRequest()
+			sub.Version, sub.TransactionID, sub.Acks, sub.TimeoutMillis = req.Version, req.TransactionID, req.Acks, req.TimeoutMillis
+			flat := 0
+			for _, t := range req.Topics {
+				var st *kmsg.ProduceRequestTopic
+				for _, p := range t.Partitions {
+					if contains(s.idx, flat) {
+						if st == nil {
+							sub.Topics = append(sub.Topics, kmsg.ProduceRequestTopic{Topic: t.Topic})
+							st = &sub.Topics[len(sub.Topics)-1]
+						}
+						st.Partitions = append(st.Partitions, p)
+					}
+					flat++
+				}
+			}
+			return sub
+		}, expect)
+	}
+	if !expect {
+		x.NoResponse = true
+		for _, s := range ss {
+			if s.err != nil {
+				return filter.Done{Err: s.err}
+			}
+		}
+		return filter.Done{}
+	}
+
+	return pendingFunc(func(ctx context.Context) error {
+		ctx, cancel := context.WithDeadline(ctx, start.Add(r.a.cfg.forwardDeadline))
+		defer cancel()
+		results := make([]kmsg.ProduceResponseTopicPartition, len(parts))
+		for i := range results {
+			results[i] = kmsg.NewProduceResponseTopicPartition()
+			results[i].Partition = parts[i].partition
+			results[i].ErrorCode = codes[i]
+		}
+		var throttle int32
+		r.collect(ctx, ss, 0, req.Version, start, func() kmsg.Response { return kmsg.NewPtrProduceResponse() },
+			func(s *shard, resp kmsg.Response, err error) {
+				if err != nil {
+					// Uncertain: it may have been written. Retriable, never success.
+					r.a.log.Debug("produce forward failed", "cluster", s.up.name, "broker", s.addr, "err", err)
+					for _, i := range s.idx {
+						results[i].ErrorCode = retriable
+					}
+					return
+				}
+				pr := resp.(*kmsg.ProduceResponse)
+				throttle = max(throttle, pr.ThrottleMillis)
+				got := map[tp]*kmsg.ProduceResponseTopicPartition{}
+				for ti := range pr.Topics {
+					for pi := range pr.Topics[ti].Partitions {
+						p := &pr.Topics[ti].Partitions[pi]
+						got[tp{pr.Topics[ti].Topic, p.Partition}] = p
+					}
+				}
+				for _, i := range s.idx {
+					p, ok := got[parts[i]]
+					if !ok {
+						results[i].ErrorCode = retriable
+						continue
+					}
+					out := &results[i]
+					out.ErrorCode, out.BaseOffset, out.LogAppendTime, out.LogStartOffset = p.ErrorCode, p.BaseOffset, p.LogAppendTime, p.LogStartOffset
+					out.ErrorRecords, out.ErrorMessage = p.ErrorRecords, p.ErrorMessage
+					// CurrentLeader stays unset: a KIP-951 hint naming a
+					// real broker breaks clients that only know the agent.
+					if leaderGone(p.ErrorCode) {
+						s.up.forgetLeader(parts[i].topic)
+					}
+				}
+			})
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		resp.ThrottleMillis = throttle
+		i := 0
+		for _, t := range req.Topics {
+			rt := kmsg.NewProduceResponseTopic()
+			rt.Topic = t.Topic
+			rt.Partitions = results[i : i+len(t.Partitions)]
+			i += len(t.Partitions)
+			resp.Topics = append(resp.Topics, rt)
+		}
+		x.Resp = resp
+		r.a.countProduce(resp)
+		return nil
+	})
+}
+
+func contains(idx []int, i int) bool {
+	// idx is ascending: built in flattened order.
+	lo, hi := 0, len(idx)
+	for lo < hi {
+		m := (lo + hi) / 2
+		switch {
+		case idx[m] == i:
+			return true
+		case idx[m] < i:
+			lo = m + 1
+		default:
+			hi = m
+		}
+	}
+	return false
+}
+
+// --- Fetch ---
+
+func (r *router) fetch(ctx context.Context, x *filter.Exchange, req *kmsg.FetchRequest) filter.Pending {
+	start := time.Now()
+	var parts []tp
+	var reqParts []kmsg.FetchRequestTopicPartition
+	for _, t := range req.Topics {
+		for _, p := range t.Partitions {
+			parts = append(parts, tp{t.Topic, p.Partition})
+			reqParts = append(reqParts, p)
+		}
+	}
+	shards, codes := r.shardByLeader(ctx, parts, r.upstreamFor)
+	ss := r.sendShards(ctx, shards, 1, req.Version, x.Header.ClientID, func(s *shard) kmsg.Request {
+		sub := kmsg.NewPtrFetchRequest()
+		sub.Version, sub.ReplicaID, sub.MaxWaitMillis, sub.MinBytes, sub.MaxBytes = req.Version, req.ReplicaID, req.MaxWaitMillis, req.MinBytes, req.MaxBytes
+		sub.IsolationLevel, sub.Rack = req.IsolationLevel, req.Rack
+		// No fetch sessions across a split: every fetch is a full one.
+		sub.SessionID, sub.SessionEpoch = 0, -1
+		for _, i := range s.idx {
+			p := reqParts[i]
+			p.CurrentLeaderEpoch = -1 // the client knows only synthetic epochs
+			if n := len(sub.Topics); n == 0 || sub.Topics[n-1].Topic != parts[i].topic {
+				sub.Topics = append(sub.Topics, kmsg.FetchRequestTopic{Topic: parts[i].topic})
+			}
+			sub.Topics[len(sub.Topics)-1].Partitions = append(sub.Topics[len(sub.Topics)-1].Partitions, p)
+		}
+		return sub
+	}, true)
+	return pendingFunc(func(ctx context.Context) error {
+		results := make([]kmsg.FetchResponseTopicPartition, len(parts))
+		for i := range results {
+			results[i] = kmsg.NewFetchResponseTopicPartition()
+			results[i].Partition = parts[i].partition
+			results[i].ErrorCode = codes[i]
+			results[i].HighWatermark, results[i].LastStableOffset, results[i].LogStartOffset = -1, -1, -1
+		}
+		var throttle int32
+		r.collect(ctx, ss, 1, req.Version, start, func() kmsg.Response { return kmsg.NewPtrFetchResponse() },
+			func(s *shard, resp kmsg.Response, err error) {
+				var fr *kmsg.FetchResponse
+				if err == nil {
+					fr = resp.(*kmsg.FetchResponse)
+					if fr.ErrorCode != 0 {
+						err = kerr.ErrorForCode(fr.ErrorCode)
+					}
+				}
+				if err != nil {
+					for _, i := range s.idx {
+						results[i].ErrorCode = errorCode(err)
+					}
+					return
+				}
+				throttle = max(throttle, fr.ThrottleMillis)
+				got := map[tp]*kmsg.FetchResponseTopicPartition{}
+				for ti := range fr.Topics {
+					for pi := range fr.Topics[ti].Partitions {
+						p := &fr.Topics[ti].Partitions[pi]
+						got[tp{fr.Topics[ti].Topic, p.Partition}] = p
+					}
+				}
+				for _, i := range s.idx {
+					p, ok := got[parts[i]]
+					if !ok {
+						results[i].ErrorCode = retriable
+						continue
+					}
+					out := *p
+					out.CurrentLeader = kmsg.NewFetchResponseTopicPartitionCurrentLeader()
+					out.PreferredReadReplica = -1 // only the agent exists
+					results[i] = out
+					if leaderGone(p.ErrorCode) {
+						s.up.forgetLeader(parts[i].topic)
+					}
+				}
+			})
+		resp := req.ResponseKind().(*kmsg.FetchResponse)
+		resp.ThrottleMillis = throttle
+		i := 0
+		for _, t := range req.Topics {
+			rt := kmsg.NewFetchResponseTopic()
+			rt.Topic = t.Topic
+			rt.Partitions = results[i : i+len(t.Partitions)]
+			i += len(t.Partitions)
+			resp.Topics = append(resp.Topics, rt)
+		}
+		x.Resp = resp
+		return nil
+	})
+}
+
+// --- ListOffsets ---
+
+func (r *router) listOffsets(ctx context.Context, x *filter.Exchange, req *kmsg.ListOffsetsRequest) filter.Pending {
+	start := time.Now()
+	var parts []tp
+	var reqParts []kmsg.ListOffsetsRequestTopicPartition
+	for _, t := range req.Topics {
+		for _, p := range t.Partitions {
+			parts = append(parts, tp{t.Topic, p.Partition})
+			reqParts = append(reqParts, p)
+		}
+	}
+	shards, codes := r.shardByLeader(ctx, parts, r.upstreamFor)
+	ss := r.sendShards(ctx, shards, 2, req.Version, x.Header.ClientID, func(s *shard) kmsg.Request {
+		sub := kmsg.NewPtrListOffsetsRequest()
+		sub.Version, sub.ReplicaID, sub.IsolationLevel, sub.TimeoutMillis = req.Version, req.ReplicaID, req.IsolationLevel, req.TimeoutMillis
+		for _, i := range s.idx {
+			p := reqParts[i]
+			p.CurrentLeaderEpoch = -1
+			if n := len(sub.Topics); n == 0 || sub.Topics[n-1].Topic != parts[i].topic {
+				sub.Topics = append(sub.Topics, kmsg.ListOffsetsRequestTopic{Topic: parts[i].topic})
+			}
+			sub.Topics[len(sub.Topics)-1].Partitions = append(sub.Topics[len(sub.Topics)-1].Partitions, p)
+		}
+		return sub
+	}, true)
+	return pendingFunc(func(ctx context.Context) error {
+		results := make([]kmsg.ListOffsetsResponseTopicPartition, len(parts))
+		for i := range results {
+			results[i] = kmsg.NewListOffsetsResponseTopicPartition()
+			results[i].Partition = parts[i].partition
+			results[i].ErrorCode = codes[i]
+		}
+		r.collect(ctx, ss, 2, req.Version, start, func() kmsg.Response { return kmsg.NewPtrListOffsetsResponse() },
+			func(s *shard, resp kmsg.Response, err error) {
+				if err != nil {
+					for _, i := range s.idx {
+						results[i].ErrorCode = errorCode(err)
+					}
+					return
+				}
+				got := map[tp]kmsg.ListOffsetsResponseTopicPartition{}
+				for _, t := range resp.(*kmsg.ListOffsetsResponse).Topics {
+					for _, p := range t.Partitions {
+						got[tp{t.Topic, p.Partition}] = p
+					}
+				}
+				for _, i := range s.idx {
+					p, ok := got[parts[i]]
+					if !ok {
+						results[i].ErrorCode = retriable
+						continue
+					}
+					results[i] = p
+					if leaderGone(p.ErrorCode) {
+						s.up.forgetLeader(parts[i].topic)
+					}
+				}
+			})
+		resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
+		i := 0
+		for _, t := range req.Topics {
+			rt := kmsg.NewListOffsetsResponseTopic()
+			rt.Topic = t.Topic
+			rt.Partitions = results[i : i+len(t.Partitions)]
+			i += len(t.Partitions)
+			resp.Topics = append(resp.Topics, rt)
+		}
+		x.Resp = resp
+		return nil
+	})
+}
+
+// --- OffsetForLeaderEpoch ---
+
+func (r *router) offsetForLeaderEpoch(ctx context.Context, x *filter.Exchange, req *kmsg.OffsetForLeaderEpochRequest) filter.Pending {
+	start := time.Now()
+	var parts []tp
+	var reqParts []kmsg.OffsetForLeaderEpochRequestTopicPartition
+	for _, t := range req.Topics {
+		for _, p := range t.Partitions {
+			parts = append(parts, tp{t.Topic, p.Partition})
+			reqParts = append(reqParts, p)
+		}
+	}
+	shards, codes := r.shardByLeader(ctx, parts, r.upstreamFor)
+	ss := r.sendShards(ctx, shards, 23, req.Version, x.Header.ClientID, func(s *shard) kmsg.Request {
+		sub := kmsg.NewPtrOffsetForLeaderEpochRequest()
+		sub.Version, sub.ReplicaID = req.Version, req.ReplicaID
+		for _, i := range s.idx {
+			p := reqParts[i]
+			p.CurrentLeaderEpoch = -1
+			if n := len(sub.Topics); n == 0 || sub.Topics[n-1].Topic != parts[i].topic {
+				sub.Topics = append(sub.Topics, kmsg.OffsetForLeaderEpochRequestTopic{Topic: parts[i].topic})
+			}
+			sub.Topics[len(sub.Topics)-1].Partitions = append(sub.Topics[len(sub.Topics)-1].Partitions, p)
+		}
+		return sub
+	}, true)
+	return pendingFunc(func(ctx context.Context) error {
+		results := make([]kmsg.OffsetForLeaderEpochResponseTopicPartition, len(parts))
+		for i := range results {
+			results[i] = kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
+			results[i].Partition = parts[i].partition
+			results[i].ErrorCode = codes[i]
+		}
+		r.collect(ctx, ss, 23, req.Version, start, func() kmsg.Response { return kmsg.NewPtrOffsetForLeaderEpochResponse() },
+			func(s *shard, resp kmsg.Response, err error) {
+				if err != nil {
+					for _, i := range s.idx {
+						results[i].ErrorCode = errorCode(err)
+					}
+					return
+				}
+				got := map[tp]kmsg.OffsetForLeaderEpochResponseTopicPartition{}
+				for _, t := range resp.(*kmsg.OffsetForLeaderEpochResponse).Topics {
+					for _, p := range t.Partitions {
+						got[tp{t.Topic, p.Partition}] = p
+					}
+				}
+				for _, i := range s.idx {
+					p, ok := got[parts[i]]
+					if !ok {
+						results[i].ErrorCode = retriable
+						continue
+					}
+					results[i] = p
+					if leaderGone(p.ErrorCode) {
+						s.up.forgetLeader(parts[i].topic)
+					}
+				}
+			})
+		resp := req.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)
+		i := 0
+		for _, t := range req.Topics {
+			rt := kmsg.NewOffsetForLeaderEpochResponseTopic()
+			rt.Topic = t.Topic
+			rt.Partitions = results[i : i+len(t.Partitions)]
+			i += len(t.Partitions)
+			resp.Topics = append(resp.Topics, rt)
+		}
+		x.Resp = resp
+		return nil
+	})
+}

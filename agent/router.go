@@ -1,0 +1,304 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/baton-kafka/baton/filter"
+)
+
+// ErrUnsupportedRequest closes a connection that sent a request the agent
+// never advertised.
+var ErrUnsupportedRequest = errors.New("request not supported by the agent")
+
+// retriable is the error a client gets when the agent cannot vouch for a
+// write: every client in the matrix retries it as "not persisted".
+var retriable = kerr.NotLeaderForPartition.Code
+
+// pendingFunc adapts a function to filter.Pending.
+type pendingFunc func(ctx context.Context) error
+
+func (f pendingFunc) Wait(ctx context.Context) error { return f(ctx) }
+
+// router is the terminal Handler of a connection's chain: it answers what
+// the agent owns (ApiVersions, Metadata, FindCoordinator, DescribeCluster)
+// and forwards the rest to the cluster each topic routes to.
+type router struct {
+	a    *Agent
+	slot uint64 // which pooled upstream connection this client uses
+}
+
+var _ filter.Handler = (*router)(nil)
+
+// async runs fn now, in its own goroutine, and resolves when it returns.
+func async(ctx context.Context, fn func(ctx context.Context) error) filter.Pending {
+	done := make(chan error, 1)
+	go func() { done <- fn(ctx) }()
+	return pendingFunc(func(ctx context.Context) error {
+		select {
+		case err := <-done:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+}
+
+func (r *router) Dispatch(ctx context.Context, x *filter.Exchange) filter.Pending {
+	if x.Req == nil {
+		if x.Header.APIKey == 18 { // a client newer than kmsg: answer v0
+			x.Resp = r.a.apiVersionsResponse(0, kerr.UnsupportedVersion.Code)
+			return filter.Done{}
+		}
+		return filter.Done{Err: fmt.Errorf("%w: key %d (%s) v%d", ErrUnsupportedRequest,
+			x.Header.APIKey, kmsg.NameForKey(x.Header.APIKey), x.Header.APIVersion)}
+	}
+	if !r.a.advertises(x.Header.APIKey, x.Header.APIVersion) {
+		return filter.Done{Err: fmt.Errorf("%w: %s v%d was not advertised", ErrUnsupportedRequest,
+			kmsg.NameForKey(x.Header.APIKey), x.Header.APIVersion)}
+	}
+	switch req := x.Req.(type) {
+	case *kmsg.ApiVersionsRequest:
+		x.Resp = r.a.apiVersionsResponse(req.Version, 0)
+		return filter.Done{}
+	case *kmsg.MetadataRequest:
+		return async(ctx, func(ctx context.Context) error { return r.metadata(ctx, x, req) })
+	case *kmsg.FindCoordinatorRequest:
+		return async(ctx, func(ctx context.Context) error { return r.findCoordinator(ctx, x, req) })
+	case *kmsg.DescribeClusterRequest:
+		x.Resp = r.a.describeCluster(req.Version)
+		return filter.Done{}
+	case *kmsg.ProduceRequest:
+		return r.produce(ctx, x, req)
+	case *kmsg.FetchRequest:
+		return r.fetch(ctx, x, req)
+	case *kmsg.ListOffsetsRequest:
+		return r.listOffsets(ctx, x, req)
+	case *kmsg.OffsetForLeaderEpochRequest:
+		return r.offsetForLeaderEpoch(ctx, x, req)
+	case *kmsg.InitProducerIDRequest:
+		if req.TransactionalID != nil {
+			return r.toCoordinator(ctx, x, 1, *req.TransactionalID)
+		}
+		return r.toAnyBroker(ctx, x)
+	}
+	if typ, key, ok := coordinatorOf(x.Req); ok {
+		return r.toCoordinator(ctx, x, typ, key)
+	}
+	if _, ok := x.Req.(kmsg.AdminRequest); ok {
+		addr, err := r.a.src.controllerAddr(ctx)
+		if err != nil {
+			return filter.Done{Err: err}
+		}
+		return r.forwardRaw(ctx, x, r.a.src, addr)
+	}
+	return r.toAnyBroker(ctx, x)
+}
+
+// coordinatorOf returns the coordinator a request must go to: type 0 with a
+// group id, or type 1 with a transactional id.
+func coordinatorOf(req kmsg.Request) (int8, string, bool) {
+	switch r := req.(type) {
+	case *kmsg.OffsetCommitRequest:
+		return 0, r.Group, true
+	case *kmsg.OffsetFetchRequest:
+		if len(r.Groups) > 0 {
+			return 0, r.Groups[0].Group, true
+		}
+		return 0, r.Group, true
+	case *kmsg.JoinGroupRequest:
+		return 0, r.Group, true
+	case *kmsg.HeartbeatRequest:
+		return 0, r.Group, true
+	case *kmsg.LeaveGroupRequest:
+		return 0, r.Group, true
+	case *kmsg.SyncGroupRequest:
+		return 0, r.Group, true
+	case *kmsg.DescribeGroupsRequest:
+		if len(r.Groups) > 0 {
+			return 0, r.Groups[0], true
+		}
+	case *kmsg.DeleteGroupsRequest:
+		if len(r.Groups) > 0 {
+			return 0, r.Groups[0], true
+		}
+	case *kmsg.OffsetDeleteRequest:
+		return 0, r.Group, true
+	case *kmsg.TxnOffsetCommitRequest:
+		return 0, r.Group, true
+	case *kmsg.ConsumerGroupHeartbeatRequest:
+		return 0, r.Group, true
+	case *kmsg.ConsumerGroupDescribeRequest:
+		if len(r.Groups) > 0 {
+			return 0, r.Groups[0], true
+		}
+	case *kmsg.AddPartitionsToTxnRequest:
+		return 1, r.TransactionalID, true
+	case *kmsg.AddOffsetsToTxnRequest:
+		return 1, r.TransactionalID, true
+	case *kmsg.EndTxnRequest:
+		return 1, r.TransactionalID, true
+	}
+	return 0, "", false
+}
+
+// forwardRaw sends the client's request body unchanged to addr and answers
+// with the broker's response body unchanged.
+func (r *router) forwardRaw(ctx context.Context, x *filter.Exchange, up *upstream, addr string) filter.Pending {
+	start := time.Now()
+	cl, err := up.send(ctx, addr, r.slot, x.Header.APIKey, x.Header.APIVersion, x.Header.ClientID, x.RawReq, true)
+	if err != nil {
+		return filter.Done{Err: err}
+	}
+	return pendingFunc(func(ctx context.Context) error {
+		body, err := cl.wait(ctx)
+		r.a.observeUpstream(up.name, x.Header.APIKey, time.Since(start), err)
+		if err != nil {
+			return err
+		}
+		x.RawResp = body
+		return nil
+	})
+}
+
+func (r *router) toAnyBroker(ctx context.Context, x *filter.Exchange) filter.Pending {
+	up := r.a.src
+	addrs := up.anyBrokers()
+	if len(addrs) == 0 {
+		return filter.Done{Err: ErrNoBrokers}
+	}
+	return r.forwardRaw(ctx, x, up, addrs[0])
+}
+
+func (r *router) toCoordinator(ctx context.Context, x *filter.Exchange, typ int8, key string) filter.Pending {
+	up := r.a.src
+	addr, err := up.coordinatorAddr(ctx, typ, key, false)
+	if err != nil {
+		// Let the client see a coordinator error it knows to retry.
+		return filter.Done{Err: fmt.Errorf("finding coordinator for %q: %w", key, err)}
+	}
+	p := r.forwardRaw(ctx, x, up, addr)
+	return pendingFunc(func(ctx context.Context) error {
+		err := p.Wait(ctx)
+		if err != nil {
+			up.forgetCoordinator(typ, key)
+		}
+		return err
+	})
+}
+
+// upstreamFor returns the cluster a topic's reads and metadata come from.
+func (r *router) upstreamFor(topic string) *upstream {
+	if r.a.routes.Lookup(topic).Target() == ToDestination {
+		return r.a.dst
+	}
+	return r.a.src
+}
+
+// --- agent-owned answers ---
+
+func (r *router) metadata(ctx context.Context, x *filter.Exchange, req *kmsg.MetadataRequest) error {
+	resp := req.ResponseKind().(*kmsg.MetadataResponse)
+	resp.Brokers = []kmsg.MetadataResponseBroker{r.a.selfBroker()}
+	resp.ControllerID = r.a.nodeID
+	all := req.Topics == nil || (req.Version == 0 && len(req.Topics) == 0)
+
+	// Ask each cluster for the topics that route to it.
+	var srcTopics, dstTopics []string
+	if all {
+		srcTopics = nil
+		if routes, _ := r.a.routes.Snapshot(); len(routes) > 0 {
+			for _, rt := range routes {
+				if rt.Target() == ToDestination {
+					dstTopics = append(dstTopics, rt.Topic)
+				}
+			}
+		}
+	} else {
+		srcTopics = []string{}
+		for _, t := range req.Topics {
+			if t.Topic == nil {
+				continue // topic ids are not routed; the client gets no entry
+			}
+			if r.upstreamFor(*t.Topic) == r.a.dst {
+				dstTopics = append(dstTopics, *t.Topic)
+			} else {
+				srcTopics = append(srcTopics, *t.Topic)
+			}
+		}
+	}
+	add := func(up *upstream, topics []string, keep func(string) bool) error {
+		if topics != nil && len(topics) == 0 {
+			return nil
+		}
+		md, err := up.metadata(ctx, topics, req.AllowAutoTopicCreation)
+		if err != nil {
+			return err
+		}
+		if resp.ClusterID == nil {
+			resp.ClusterID = md.ClusterID
+		}
+		for _, t := range md.Topics {
+			if t.Topic == nil || !keep(*t.Topic) {
+				continue
+			}
+			t.Partitions = r.a.rewritePartitions(up, *t.Topic, t.Partitions)
+			resp.Topics = append(resp.Topics, t)
+		}
+		return nil
+	}
+	srcKeep := func(t string) bool { return !all || r.upstreamFor(t) == r.a.src }
+	if err := add(r.a.src, srcTopics, srcKeep); err != nil {
+		return err
+	}
+	if err := add(r.a.dst, dstTopics, func(string) bool { return true }); err != nil {
+		return err
+	}
+	x.Resp = resp
+	return nil
+}
+
+func (r *router) findCoordinator(ctx context.Context, x *filter.Exchange, req *kmsg.FindCoordinatorRequest) error {
+	resp := req.ResponseKind().(*kmsg.FindCoordinatorResponse)
+	self := r.a.selfBroker()
+	answer := func(key string) (int16, *string) {
+		if _, err := r.a.src.coordinatorAddr(ctx, req.CoordinatorType, key, true); err != nil {
+			var ke *kerr.Error
+			if errors.As(err, &ke) {
+				return ke.Code, nil
+			}
+			msg := err.Error()
+			return kerr.CoordinatorNotAvailable.Code, &msg
+		}
+		return 0, nil
+	}
+	if req.Version < 4 {
+		code, msg := answer(req.CoordinatorKey)
+		resp.ErrorCode, resp.ErrorMessage = code, msg
+		if code == 0 {
+			resp.NodeID, resp.Host, resp.Port = self.NodeID, self.Host, self.Port
+		} else {
+			resp.NodeID = -1
+		}
+		x.Resp = resp
+		return nil
+	}
+	for _, key := range req.CoordinatorKeys {
+		c := kmsg.NewFindCoordinatorResponseCoordinator()
+		c.Key = key
+		c.ErrorCode, c.ErrorMessage = answer(key)
+		if c.ErrorCode == 0 {
+			c.NodeID, c.Host, c.Port = self.NodeID, self.Host, self.Port
+		} else {
+			c.NodeID = -1
+		}
+		resp.Coordinators = append(resp.Coordinators, c)
+	}
+	x.Resp = resp
+	return nil
+}

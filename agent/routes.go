@@ -1,0 +1,228 @@
+package agent
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// State is a topic's migration state (DESIGN section 3).
+type State int
+
+// The states. Unmanaged topics pass through to the source.
+const (
+	Unmanaged State = iota
+	Reject
+	Proxy
+	Migrating
+	Complete
+)
+
+var stateNames = map[State]string{
+	Unmanaged: "UNMANAGED", Reject: "REJECT", Proxy: "PROXY", Migrating: "MIGRATING", Complete: "COMPLETE",
+}
+
+func (s State) String() string {
+	if n, ok := stateNames[s]; ok {
+		return n
+	}
+	return fmt.Sprintf("State(%d)", int(s))
+}
+
+// ParseState parses a state name, case-insensitively.
+func ParseState(s string) (State, error) {
+	for st, n := range stateNames {
+		if strings.EqualFold(s, n) && st != Unmanaged {
+			return st, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown state %q (want REJECT, PROXY, MIGRATING or COMPLETE)", s)
+}
+
+// HoldMode is what agents do with produce for a MIGRATING topic.
+type HoldMode int
+
+const (
+	// Hold keeps the request until the topic leaves MIGRATING or HoldMax
+	// passes (default).
+	Hold HoldMode = iota
+	// Retriable answers at once with the retriable error.
+	Retriable
+)
+
+// DefaultHoldMax is how long a held request waits: well below client
+// request timeouts (30 s; franz-go about 10 s) and kafkajs's ~9 s of retries.
+const DefaultHoldMax = 5 * time.Second
+
+// Route is how the agent treats one topic.
+type Route struct {
+	Topic   string
+	State   State
+	Mode    HoldMode
+	HoldMax time.Duration
+}
+
+// Cluster names a route target.
+type Cluster int
+
+// Route targets.
+const (
+	ToSource Cluster = iota
+	ToDestination
+	ToNowhere // MIGRATING: hold or refuse
+)
+
+// Target is where writes for the route go.
+func (r Route) Target() Cluster {
+	switch r.State {
+	case Migrating:
+		return ToNowhere
+	case Complete:
+		return ToDestination
+	default:
+		return ToSource
+	}
+}
+
+// RouteTable is the agent's per-topic routing, swapped whole on each
+// update. Readers never block writers for long.
+type RouteTable struct {
+	mu      sync.RWMutex
+	routes  map[string]Route
+	version uint64
+	changed chan struct{}
+}
+
+// NewRouteTable returns a table with the given routes.
+func NewRouteTable(routes []Route) *RouteTable {
+	t := &RouteTable{changed: make(chan struct{})}
+	t.Replace(routes)
+	return t
+}
+
+// Lookup returns the topic's route; Unmanaged if it has none.
+func (t *RouteTable) Lookup(topic string) Route {
+	t.mu.RLock()
+	r, ok := t.routes[topic]
+	t.mu.RUnlock()
+	if !ok {
+		return Route{Topic: topic, State: Unmanaged}
+	}
+	return r
+}
+
+// Snapshot returns every route, sorted by topic, and the table version.
+func (t *RouteTable) Snapshot() ([]Route, uint64) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	out := make([]Route, 0, len(t.routes))
+	for _, r := range t.routes {
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Topic < out[j].Topic })
+	return out, t.version
+}
+
+// Changed returns a channel closed at the next Replace.
+func (t *RouteTable) Changed() <-chan struct{} {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.changed
+}
+
+// Replace swaps in a new set of routes and wakes held requests.
+func (t *RouteTable) Replace(routes []Route) {
+	m := make(map[string]Route, len(routes))
+	for _, r := range routes {
+		if r.HoldMax <= 0 {
+			r.HoldMax = DefaultHoldMax
+		}
+		m[r.Topic] = r
+	}
+	t.mu.Lock()
+	t.routes = m
+	t.version++
+	old := t.changed
+	t.changed = make(chan struct{})
+	t.mu.Unlock()
+	close(old)
+}
+
+// routesFile is the static route file format.
+type routesFile struct {
+	Routes []struct {
+		Topic   string `yaml:"topic"`
+		State   string `yaml:"state"`
+		Mode    string `yaml:"mode"`
+		HoldMax string `yaml:"holdMax"`
+	} `yaml:"routes"`
+}
+
+// ErrBadRoutes wraps every route file error.
+var ErrBadRoutes = errors.New("bad routes file")
+
+// LoadRoutes reads a static route file:
+//
+//	routes:
+//	  - topic: orders
+//	    state: PROXY          # REJECT | PROXY | MIGRATING | COMPLETE
+//	    mode: hold            # hold (default) | retriable
+//	    holdMax: 5s           # default 5s
+func LoadRoutes(path string) ([]Route, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadRoutes, err)
+	}
+	return ParseRoutes(b)
+}
+
+// ParseRoutes parses the route file format; errors name the field.
+func ParseRoutes(b []byte) ([]Route, error) {
+	var f routesFile
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%w: %w", ErrBadRoutes, err)
+	}
+	seen := map[string]bool{}
+	out := make([]Route, 0, len(f.Routes))
+	for i, e := range f.Routes {
+		at := fmt.Sprintf("routes[%d]", i)
+		if e.Topic == "" {
+			return nil, fmt.Errorf("%w: %s.topic: required", ErrBadRoutes, at)
+		}
+		if seen[e.Topic] {
+			return nil, fmt.Errorf("%w: %s.topic: %q listed twice", ErrBadRoutes, at, e.Topic)
+		}
+		seen[e.Topic] = true
+		st, err := ParseState(e.State)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s.state: %w", ErrBadRoutes, at, err)
+		}
+		r := Route{Topic: e.Topic, State: st, HoldMax: DefaultHoldMax}
+		switch strings.ToLower(e.Mode) {
+		case "", "hold":
+		case "retriable":
+			r.Mode = Retriable
+		default:
+			return nil, fmt.Errorf("%w: %s.mode: %q (want hold or retriable)", ErrBadRoutes, at, e.Mode)
+		}
+		if e.HoldMax != "" {
+			d, err := time.ParseDuration(e.HoldMax)
+			if err != nil || d <= 0 {
+				return nil, fmt.Errorf("%w: %s.holdMax: %q is not a positive duration", ErrBadRoutes, at, e.HoldMax)
+			}
+			r.HoldMax = d
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}

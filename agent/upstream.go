@@ -1,0 +1,544 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Upstream errors.
+var (
+	ErrUpstreamClosed  = errors.New("upstream connection closed")
+	ErrNoBrokers       = errors.New("no reachable broker")
+	errCorrelationSkew = errors.New("upstream answered out of order")
+)
+
+// brokerConn is one pipelined connection to one broker: requests are
+// written in call order and answered in the same order, per the protocol.
+type brokerConn struct {
+	addr        string
+	nc          net.Conn
+	readTimeout time.Duration
+
+	wmu  sync.Mutex
+	bw   *bufio.Writer
+	corr int32
+	buf  []byte
+
+	pending chan *call
+	dead    chan struct{}
+	once    sync.Once
+	err     atomic.Pointer[error]
+}
+
+type call struct {
+	corr  int32
+	key   int16
+	ver   int16
+	done  chan struct{}
+	resp  []byte
+	err   error
+	start time.Time
+}
+
+func dialBroker(ctx context.Context, addr string, dialTimeout, readTimeout time.Duration) (*brokerConn, error) {
+	d := net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	c := &brokerConn{
+		addr:        addr,
+		nc:          nc,
+		readTimeout: readTimeout,
+		bw:          bufio.NewWriterSize(nc, 64<<10),
+		pending:     make(chan *call, 256),
+		dead:        make(chan struct{}),
+	}
+	go c.readLoop()
+	return c, nil
+}
+
+func (c *brokerConn) isDead() bool {
+	select {
+	case <-c.dead:
+		return true
+	default:
+		return false
+	}
+}
+
+func (c *brokerConn) die(err error) {
+	c.once.Do(func() {
+		c.err.Store(&err)
+		close(c.dead)
+		c.nc.Close()
+	})
+}
+
+func (c *brokerConn) deathErr() error {
+	if p := c.err.Load(); p != nil {
+		return fmt.Errorf("%w: %s: %w", ErrUpstreamClosed, c.addr, *p)
+	}
+	return fmt.Errorf("%w: %s", ErrUpstreamClosed, c.addr)
+}
+
+// send writes one request. When expectResp is false (acks=0 produce) it
+// returns a nil call: nothing is kept, so nothing leaks.
+func (c *brokerConn) send(key, ver int16, clientID *string, body []byte, expectResp bool) (*call, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.isDead() {
+		return nil, c.deathErr()
+	}
+	c.corr++
+	cl := &call{corr: c.corr, key: key, ver: ver, done: make(chan struct{}), start: time.Now()}
+	c.buf = appendRequestHeader(append(c.buf[:0], 0, 0, 0, 0), key, ver, c.corr, clientID, isFlexible(key, ver))
+	binary.BigEndian.PutUint32(c.buf, uint32(len(c.buf)-4+len(body)))
+	if _, err := c.bw.Write(c.buf); err != nil {
+		c.die(err)
+		return nil, c.deathErr()
+	}
+	if _, err := c.bw.Write(body); err != nil {
+		c.die(err)
+		return nil, c.deathErr()
+	}
+	if err := c.bw.Flush(); err != nil {
+		c.die(err)
+		return nil, c.deathErr()
+	}
+	if !expectResp {
+		return nil, nil
+	}
+	select {
+	case c.pending <- cl:
+	case <-c.dead:
+		return nil, c.deathErr()
+	}
+	return cl, nil
+}
+
+func (c *brokerConn) readLoop() {
+	br := bufio.NewReaderSize(c.nc, 64<<10)
+	var cl *call
+	defer func() {
+		err := c.deathErr()
+		if cl != nil {
+			cl.err = err
+			close(cl.done)
+		}
+		for {
+			select {
+			case p := <-c.pending:
+				p.err = err
+				close(p.done)
+			default:
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case cl = <-c.pending:
+		case <-c.dead:
+			cl = nil
+			return
+		}
+		c.nc.SetReadDeadline(time.Now().Add(c.readTimeout))
+		frame, err := readFrame(br, 1<<30)
+		if err != nil {
+			c.die(err)
+			return
+		}
+		if len(frame) < 4 {
+			c.die(ErrFrameTooSmall)
+			return
+		}
+		if corr := int32(binary.BigEndian.Uint32(frame)); corr != cl.corr {
+			c.die(fmt.Errorf("%w: correlation id %d, want %d", errCorrelationSkew, corr, cl.corr))
+			return
+		}
+		body := frame[4:]
+		if responseHeaderFlexible(cl.key, cl.ver) {
+			if body, err = skipTags(body); err != nil {
+				c.die(err)
+				return
+			}
+		}
+		cl.resp = body
+		close(cl.done)
+		cl = nil
+	}
+}
+
+func (cl *call) wait(ctx context.Context) ([]byte, error) {
+	select {
+	case <-cl.done:
+		return cl.resp, cl.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// upstream is one Kafka cluster as the agent sees it: brokers, partition
+// leaders, coordinators, supported versions, and pooled connections.
+type upstream struct {
+	name      string
+	bootstrap []string
+	poolSize  int
+	dialTO    time.Duration
+	readTO    time.Duration
+	log       *slog.Logger
+	onLatency func(cluster string, key int16, d time.Duration, err error)
+
+	mu         sync.RWMutex
+	brokers    map[int32]string
+	leaders    map[string][]int32 // topic -> partition -> leader node
+	coords     map[coordKey]int32
+	versions   map[int16][2]int16
+	features   *kmsg.ApiVersionsResponse
+	conns      map[string][]*brokerConn
+	dialMu     sync.Mutex
+	clusterID  *string
+	controller int32
+}
+
+type coordKey struct {
+	typ int8
+	key string
+}
+
+func newUpstream(name string, bootstrap []string, poolSize int, dialTO, readTO time.Duration, log *slog.Logger) *upstream {
+	return &upstream{
+		name:      name,
+		bootstrap: bootstrap,
+		poolSize:  poolSize,
+		dialTO:    dialTO,
+		readTO:    readTO,
+		log:       log.With("cluster", name),
+		brokers:   map[int32]string{},
+		leaders:   map[string][]int32{},
+		coords:    map[coordKey]int32{},
+		conns:     map[string][]*brokerConn{},
+	}
+}
+
+// conn returns pooled connection idx%poolSize to addr, dialing if needed.
+func (u *upstream) conn(ctx context.Context, addr string, idx uint64) (*brokerConn, error) {
+	slot := int(idx % uint64(u.poolSize))
+	u.mu.RLock()
+	pool := u.conns[addr]
+	var c *brokerConn
+	if slot < len(pool) {
+		c = pool[slot]
+	}
+	u.mu.RUnlock()
+	if c != nil && !c.isDead() {
+		return c, nil
+	}
+	u.dialMu.Lock()
+	defer u.dialMu.Unlock()
+	u.mu.RLock()
+	pool = u.conns[addr]
+	if slot < len(pool) && pool[slot] != nil && !pool[slot].isDead() {
+		c = pool[slot]
+	}
+	u.mu.RUnlock()
+	if c != nil {
+		return c, nil
+	}
+	c, err := dialBroker(ctx, addr, u.dialTO, u.readTO)
+	if err != nil {
+		return nil, fmt.Errorf("%s cluster: dialing %s: %w", u.name, addr, err)
+	}
+	u.mu.Lock()
+	pool = u.conns[addr]
+	for len(pool) <= slot {
+		pool = append(pool, nil)
+	}
+	pool[slot] = c
+	u.conns[addr] = pool
+	u.mu.Unlock()
+	return c, nil
+}
+
+// send writes a raw request body to addr on pooled connection idx.
+func (u *upstream) send(ctx context.Context, addr string, idx uint64, key, ver int16, clientID *string, body []byte, expect bool) (*call, error) {
+	c, err := u.conn(ctx, addr, idx)
+	if err != nil {
+		return nil, err
+	}
+	return c.send(key, ver, clientID, body, expect)
+}
+
+// roundTrip sends a typed request to addr and decodes the answer.
+func (u *upstream) roundTrip(ctx context.Context, addr string, req kmsg.Request) (kmsg.Response, error) {
+	start := time.Now()
+	cl, err := u.send(ctx, addr, 0, req.Key(), req.GetVersion(), &agentClientID, req.AppendTo(nil), true)
+	if err != nil {
+		return nil, err
+	}
+	body, err := cl.wait(ctx)
+	if u.onLatency != nil {
+		u.onLatency(u.name, req.Key(), time.Since(start), err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	resp := req.ResponseKind()
+	resp.SetVersion(req.GetVersion())
+	if err := resp.ReadFrom(body); err != nil {
+		return nil, fmt.Errorf("%s cluster: decoding %s response from %s: %w", u.name, kmsg.NameForKey(req.Key()), addr, err)
+	}
+	return resp, nil
+}
+
+var agentClientID = "baton-agent"
+
+// anyBroker returns the address of a broker to ask cluster-wide questions:
+// a known broker if any, else a bootstrap address. Random, to spread load.
+func (u *upstream) anyBrokers() []string {
+	u.mu.RLock()
+	addrs := make([]string, 0, len(u.brokers)+len(u.bootstrap))
+	for _, a := range u.brokers {
+		addrs = append(addrs, a)
+	}
+	u.mu.RUnlock()
+	rand.Shuffle(len(addrs), func(i, j int) { addrs[i], addrs[j] = addrs[j], addrs[i] })
+	return append(addrs, u.bootstrap...)
+}
+
+// ask sends req to the first broker that answers.
+func (u *upstream) ask(ctx context.Context, req kmsg.Request) (kmsg.Response, string, error) {
+	var errs []error
+	for _, addr := range u.anyBrokers() {
+		resp, err := u.roundTrip(ctx, addr, req)
+		if err == nil {
+			return resp, addr, nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, "", fmt.Errorf("%s cluster: %w: %w", u.name, ErrNoBrokers, errors.Join(errs...))
+}
+
+// version returns the highest version of key that every broker asked so far
+// supports and that kmsg knows, capped at max; -1 if none.
+func (u *upstream) version(key, max int16) int16 {
+	u.mu.RLock()
+	r, ok := u.versions[key]
+	u.mu.RUnlock()
+	if !ok {
+		return -1
+	}
+	v := min(r[1], max)
+	if req := kmsg.RequestForKey(key); req != nil {
+		v = min(v, req.MaxVersion())
+	}
+	if v < r[0] {
+		return -1
+	}
+	return v
+}
+
+// loadVersions asks a broker for its ApiVersions (v3, falling back to v0).
+func (u *upstream) loadVersions(ctx context.Context) error {
+	req := kmsg.NewPtrApiVersionsRequest()
+	req.SetVersion(3)
+	req.ClientSoftwareName = "baton-agent"
+	req.ClientSoftwareVersion = "0"
+	resp, _, err := u.ask(ctx, req)
+	if err != nil {
+		return err
+	}
+	av := resp.(*kmsg.ApiVersionsResponse)
+	if err := kerr.ErrorForCode(av.ErrorCode); err != nil {
+		return fmt.Errorf("%s cluster: ApiVersions: %w", u.name, err)
+	}
+	vs := make(map[int16][2]int16, len(av.ApiKeys))
+	for _, k := range av.ApiKeys {
+		vs[k.ApiKey] = [2]int16{k.MinVersion, k.MaxVersion}
+	}
+	u.mu.Lock()
+	u.versions = vs
+	u.features = av
+	u.mu.Unlock()
+	return nil
+}
+
+func (u *upstream) hasVersions() bool {
+	u.mu.RLock()
+	defer u.mu.RUnlock()
+	return u.versions != nil
+}
+
+// metadata asks the cluster for topics (nil: all) and caches brokers and
+// leaders from the answer.
+func (u *upstream) metadata(ctx context.Context, topics []string, allowAuto bool) (*kmsg.MetadataResponse, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	v := u.version(3, 12)
+	if v < 4 {
+		v = 4
+	}
+	req.SetVersion(v)
+	req.AllowAutoTopicCreation = allowAuto
+	if topics != nil {
+		req.Topics = make([]kmsg.MetadataRequestTopic, len(topics))
+		for i := range topics {
+			req.Topics[i].Topic = &topics[i]
+		}
+	}
+	resp, _, err := u.ask(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	md := resp.(*kmsg.MetadataResponse)
+	u.mu.Lock()
+	u.clusterID = md.ClusterID
+	u.controller = md.ControllerID
+	for _, b := range md.Brokers {
+		u.brokers[b.NodeID] = net.JoinHostPort(b.Host, fmt.Sprint(b.Port))
+	}
+	for _, t := range md.Topics {
+		if t.Topic == nil {
+			continue
+		}
+		if t.ErrorCode != 0 {
+			delete(u.leaders, *t.Topic)
+			continue
+		}
+		ls := make([]int32, len(t.Partitions))
+		for i := range ls {
+			ls[i] = -1
+		}
+		for _, p := range t.Partitions {
+			if p.Partition >= 0 && int(p.Partition) < len(ls) && p.ErrorCode == 0 {
+				ls[p.Partition] = p.Leader
+			}
+		}
+		u.leaders[*t.Topic] = ls
+	}
+	u.mu.Unlock()
+	return md, nil
+}
+
+// leaderAddr returns the address of the leader of topic/partition, asking
+// the cluster when the cache does not know it. An error is one the client
+// should retry (kerr codes) or a connectivity error.
+func (u *upstream) leaderAddr(ctx context.Context, topic string, partition int32) (string, error) {
+	if addr, ok := u.cachedLeader(topic, partition); ok {
+		return addr, nil
+	}
+	if _, err := u.metadata(ctx, []string{topic}, false); err != nil {
+		return "", err
+	}
+	if addr, ok := u.cachedLeader(topic, partition); ok {
+		return addr, nil
+	}
+	u.mu.RLock()
+	ls, known := u.leaders[topic]
+	u.mu.RUnlock()
+	if !known {
+		return "", kerr.UnknownTopicOrPartition
+	}
+	if int(partition) >= len(ls) || partition < 0 {
+		return "", kerr.UnknownTopicOrPartition
+	}
+	return "", kerr.LeaderNotAvailable
+}
+
+func (u *upstream) cachedLeader(topic string, partition int32) (string, bool) {
+	u.mu.RLock()
+	defer u.mu.RUnlock()
+	ls := u.leaders[topic]
+	if partition < 0 || int(partition) >= len(ls) || ls[partition] < 0 {
+		return "", false
+	}
+	addr, ok := u.brokers[ls[partition]]
+	return addr, ok
+}
+
+// forgetLeader drops a cached leader after the broker said it is not.
+func (u *upstream) forgetLeader(topic string) {
+	u.mu.Lock()
+	delete(u.leaders, topic)
+	u.mu.Unlock()
+}
+
+// coordinatorAddr finds the coordinator of a group (typ 0) or transactional
+// id (typ 1).
+func (u *upstream) coordinatorAddr(ctx context.Context, typ int8, key string, fresh bool) (string, error) {
+	ck := coordKey{typ, key}
+	if !fresh {
+		u.mu.RLock()
+		node, ok := u.coords[ck]
+		addr, known := u.brokers[node]
+		u.mu.RUnlock()
+		if ok && known {
+			return addr, nil
+		}
+	}
+	req := kmsg.NewPtrFindCoordinatorRequest()
+	req.SetVersion(max(u.version(10, 3), 1))
+	req.CoordinatorKey = key
+	req.CoordinatorType = typ
+	resp, _, err := u.ask(ctx, req)
+	if err != nil {
+		return "", err
+	}
+	fc := resp.(*kmsg.FindCoordinatorResponse)
+	if err := kerr.ErrorForCode(fc.ErrorCode); err != nil {
+		return "", err
+	}
+	addr := net.JoinHostPort(fc.Host, fmt.Sprint(fc.Port))
+	u.mu.Lock()
+	u.coords[ck] = fc.NodeID
+	u.brokers[fc.NodeID] = addr
+	u.mu.Unlock()
+	return addr, nil
+}
+
+// controllerAddr asks the cluster for its controller: admin requests go
+// there (Kafka forwards them from any broker, kfake does not).
+func (u *upstream) controllerAddr(ctx context.Context) (string, error) {
+	if _, err := u.metadata(ctx, []string{}, false); err != nil {
+		return "", err
+	}
+	u.mu.RLock()
+	defer u.mu.RUnlock()
+	if addr, ok := u.brokers[u.controller]; ok {
+		return addr, nil
+	}
+	return "", fmt.Errorf("%s cluster: controller %d unknown: %w", u.name, u.controller, ErrNoBrokers)
+}
+
+func (u *upstream) forgetCoordinator(typ int8, key string) {
+	u.mu.Lock()
+	delete(u.coords, coordKey{typ, key})
+	u.mu.Unlock()
+}
+
+func (u *upstream) close() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for _, pool := range u.conns {
+		for _, c := range pool {
+			if c != nil {
+				c.die(errors.New("agent shutting down"))
+			}
+		}
+	}
+}

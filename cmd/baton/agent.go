@@ -1,0 +1,101 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+
+	"github.com/baton-kafka/baton/agent"
+	"github.com/baton-kafka/baton/filter"
+	"github.com/baton-kafka/baton/filter/metrics"
+)
+
+func newAgentCmd() *cobra.Command {
+	var (
+		listen, advertise, admin, source, destination, routesFile, logLevel string
+		maxFrame                                                         int32
+		forwardDeadline                                                  time.Duration
+		upstreamConns                                                    int
+	)
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run the sidecar agent that producers connect to instead of the cluster",
+		Long: `Run the sidecar agent. Producers bootstrap from --listen; the agent presents
+itself as a one-broker cluster and routes each topic by its migration state:
+to the source (unmanaged, REJECT, PROXY), held or refused with a retriable
+error (MIGRATING), or to the destination (COMPLETE).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := newLogger(logLevel)
+			if err != nil {
+				return err
+			}
+			var routes []agent.Route
+			if routesFile != "" {
+				if routes, err = agent.LoadRoutes(routesFile); err != nil {
+					return fmt.Errorf("--routes %s: %w", routesFile, err)
+				}
+			}
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+			mf, err := metrics.New(reg)
+			if err != nil {
+				return err
+			}
+			a, err := agent.New(
+				agent.Listen(listen), agent.Advertise(advertise), agent.Admin(admin),
+				agent.Source(splitList(source)...), agent.Destination(splitList(destination)...),
+				agent.Routes(agent.NewRouteTable(routes)),
+				agent.MaxFrameBytes(maxFrame), agent.ForwardDeadline(forwardDeadline),
+				agent.UpstreamConns(upstreamConns),
+				agent.Filters([]filter.Factory{mf}...),
+				agent.Logger(log), agent.Registry(reg),
+			)
+			if err != nil {
+				return err
+			}
+			if a.AdminAddr() != "" {
+				log.Info("admin endpoints", "metrics", "http://"+a.AdminAddr()+"/metrics", "healthz", "http://"+a.AdminAddr()+"/healthz")
+			}
+			return a.Run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", agent.DefaultListen, "address producers connect to")
+	f.StringVar(&advertise, "advertise", "", "host:port named in Metadata (default: the listen address)")
+	f.StringVar(&admin, "admin", "127.0.0.1:9404", "address of /metrics and /healthz (empty: off)")
+	f.StringVar(&source, "source", "", "source cluster bootstrap brokers, comma-separated (required)")
+	f.StringVar(&destination, "destination", "", "destination cluster bootstrap brokers, comma-separated (required)")
+	f.StringVar(&routesFile, "routes", "", "static route file (YAML); topics not listed pass through to the source")
+	f.Int32Var(&maxFrame, "max-frame-bytes", agent.DefaultMaxFrameBytes, "largest request frame accepted; larger closes the connection")
+	f.DurationVar(&forwardDeadline, "forward-deadline", agent.DefaultForwardDeadline, "a produce unanswered upstream this long is answered with a retriable error")
+	f.IntVar(&upstreamConns, "upstream-conns", agent.DefaultUpstreamConns, "connections per upstream broker")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	_ = cmd.MarkFlagRequired("source")
+	_ = cmd.MarkFlagRequired("destination")
+	return cmd
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func newLogger(level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}

@@ -1,0 +1,22 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "baton",
+		Short: "Baton migrates Kafka producers between clusters with zero downtime",
+		Long: `Baton migrates Kafka producers from a source cluster to a destination
+cluster with zero downtime, one topic at a time. See README.md and docs/.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       version,
+	}
+	root.AddCommand(newAgentCmd(), newDevCmd(), newDemoCmd())
+	return root
+}
