@@ -19,9 +19,9 @@ import (
 func newAgentCmd() *cobra.Command {
 	var (
 		listen, advertise, admin, source, destination, routesFile, logLevel string
-		maxFrame                                                         int32
-		forwardDeadline                                                  time.Duration
-		upstreamConns                                                    int
+		maxFrame                                                            int32
+		forwardDeadline                                                     time.Duration
+		upstreamConns                                                       int
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
