@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -128,12 +129,13 @@ type Agent struct {
 	adminLn net.Listener
 	self    kmsg.MetadataResponseBroker
 
-	connSeq atomic.Uint64
-	wg      sync.WaitGroup
-	mu      sync.Mutex
-	conns   map[uint64]net.Conn
-	closing atomic.Bool
-	ready   atomic.Bool
+	advCache atomic.Pointer[advertisedCache]
+	connSeq  atomic.Uint64
+	wg       sync.WaitGroup
+	mu       sync.Mutex
+	conns    map[uint64]net.Conn
+	closing  atomic.Bool
+	ready    atomic.Bool
 }
 
 // New validates the options and binds the listeners. Run serves.
@@ -350,6 +352,8 @@ func (a *Agent) describeCluster(version int16) kmsg.Response {
 func (a *Agent) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(a.cfg.registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if !a.ready.Load() {
 			http.Error(w, "waiting for the source cluster", http.StatusServiceUnavailable)

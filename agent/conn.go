@@ -17,6 +17,13 @@ import (
 // produce requests in flight per broker, so this is rarely reached.
 const maxPipelined = 128
 
+// queued is a request on its way through a connection, with the pooled
+// frame its decoded fields point into.
+type queued struct {
+	s     *filter.Started
+	frame []byte
+}
+
 // serveConn serves one client connection: a reader that decodes requests
 // and runs the request side of the chain in order, and a writer that waits
 // for each answer and writes responses in the same order.
@@ -30,7 +37,7 @@ func (a *Agent) serveConn(ctx context.Context, id uint64, nc net.Conn) {
 
 	info := filter.ConnInfo{ID: id, Remote: nc.RemoteAddr().String(), Local: nc.LocalAddr().String()}
 	chain := filter.NewChain(info, a.cfg.filters, &router{a: a, slot: id})
-	queue := make(chan *filter.Started, maxPipelined)
+	queue := make(chan queued, maxPipelined)
 	writerDone := make(chan struct{})
 
 	go func() {
@@ -57,6 +64,7 @@ func (a *Agent) serveConn(ctx context.Context, id uint64, nc net.Conn) {
 		}
 		x, err := parseRequest(frame)
 		if err != nil {
+			putBuf(frame)
 			a.metrics.badFrames.Inc()
 			log.Warn("closing connection: malformed request", "err", err)
 			break
@@ -64,7 +72,7 @@ func (a *Agent) serveConn(ctx context.Context, id uint64, nc net.Conn) {
 		x.Received = time.Now()
 		s := chain.Request(ctx, x)
 		select {
-		case queue <- s:
+		case queue <- queued{s, frame}:
 		case <-writerDone:
 			return
 		}
@@ -76,12 +84,15 @@ func (a *Agent) serveConn(ctx context.Context, id uint64, nc net.Conn) {
 
 // writeResponses writes answers in request order. It returns when the
 // queue closes or an exchange must close the connection.
-func (a *Agent) writeResponses(ctx context.Context, nc net.Conn, chain *filter.Chain, queue <-chan *filter.Started) error {
+func (a *Agent) writeResponses(ctx context.Context, nc net.Conn, chain *filter.Chain, queue <-chan queued) error {
 	bw := bufio.NewWriterSize(nc, 64<<10)
 	var buf []byte
-	for s := range queue {
-		chain.Response(ctx, s)
-		x := s.X
+	for q := range queue {
+		chain.Response(ctx, q.s)
+		// Filters are done with the exchange: its request frame goes back
+		// to the pool (the filter contract forbids keeping it).
+		putBuf(q.frame)
+		x := q.s.X
 		if x.Err != nil {
 			bw.Flush()
 			return x.Err

@@ -96,11 +96,28 @@ type sent struct {
 func (r *router) sendShards(ctx context.Context, shards []*shard, key, ver int16, clientID *string, build func(s *shard) kmsg.Request, expect bool) []sent {
 	out := make([]sent, len(shards))
 	for i, s := range shards {
-		body := build(s).AppendTo(nil)
+		req := build(s)
+		body := req.AppendTo(getBuf(encodedSizeHint(req))[:0])
 		cl, err := s.up.send(ctx, s.addr, r.slot, key, ver, clientID, body, expect)
+		putBuf(body) // send wrote or copied it
 		out[i] = sent{s: s, cl: cl, err: err}
 	}
 	return out
+}
+
+// encodedSizeHint guesses a request's encoded size so that encoding it does
+// not grow the buffer: record bytes dominate produce requests.
+func encodedSizeHint(req kmsg.Request) int {
+	n := 256
+	if pr, ok := req.(*kmsg.ProduceRequest); ok {
+		for _, t := range pr.Topics {
+			n += len(t.Topic) + 16
+			for _, p := range t.Partitions {
+				n += len(p.Records) + 16
+			}
+		}
+	}
+	return n
 }
 
 // collect waits for each shard's answer and decodes it as resp kind.

@@ -212,6 +212,9 @@ type upstream struct {
 	dialMu     sync.Mutex
 	clusterID  *string
 	controller int32
+	// versionsSeen counts ApiVersions answers, so that what the agent
+	// advertises is recomputed only when they change.
+	versionsSeen atomic.Uint64
 }
 
 type coordKey struct {
@@ -376,6 +379,7 @@ func (u *upstream) loadVersions(ctx context.Context) error {
 	u.versions = vs
 	u.features = av
 	u.mu.Unlock()
+	u.versionsSeen.Add(1)
 	return nil
 }
 

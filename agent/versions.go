@@ -46,7 +46,23 @@ type versionRange struct{ min, max int16 }
 
 // advertised is the intersection of what the agent serves and what both
 // clusters support (only the source's while the destination is unknown).
+// It is computed once per change of what the clusters told us.
 func (a *Agent) advertised() map[int16]versionRange {
+	src, dst := a.src.versionsSeen.Load(), a.dst.versionsSeen.Load()
+	if c := a.advCache.Load(); c != nil && c.src == src && c.dst == dst {
+		return c.keys
+	}
+	keys := a.computeAdvertised()
+	a.advCache.Store(&advertisedCache{src: src, dst: dst, keys: keys})
+	return keys
+}
+
+type advertisedCache struct {
+	src, dst uint64
+	keys     map[int16]versionRange
+}
+
+func (a *Agent) computeAdvertised() map[int16]versionRange {
 	out := make(map[int16]versionRange, len(agentKeys))
 	a.src.mu.RLock()
 	srcV := a.src.versions

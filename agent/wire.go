@@ -18,7 +18,8 @@ var (
 	ErrBadHeader     = errors.New("malformed request header")
 )
 
-// readFrame reads one size-prefixed frame into a new buffer.
+// readFrame reads one size-prefixed frame into a pooled buffer; putBuf it
+// when done.
 func readFrame(r io.Reader, max int32) ([]byte, error) {
 	var sz [4]byte
 	if _, err := io.ReadFull(r, sz[:]); err != nil {
@@ -31,8 +32,9 @@ func readFrame(r io.Reader, max int32) ([]byte, error) {
 	case n < 8:
 		return nil, fmt.Errorf("%w: %d bytes", ErrFrameTooSmall, n)
 	}
-	buf := make([]byte, n)
+	buf := getBuf(int(n))
 	if _, err := io.ReadFull(r, buf); err != nil {
+		putBuf(buf)
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
 		}

@@ -23,6 +23,9 @@
 //     the client (which is request order, by correlation id). An acks=0
 //     produce request has no response and so no OnResponse call.
 //
+// A filter MUST NOT keep an Exchange, or any slice of it, after its
+// OnResponse returns: the agent reuses the request's buffer.
+//
 // Requests and responses of one connection may be in flight concurrently,
 // but a filter never sees two calls of the same direction at once, so
 // per-connection filter state needs no lock unless it is shared between
