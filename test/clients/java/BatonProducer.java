@@ -1,0 +1,169 @@
+// The Java producer of Baton's client matrix: Apache Kafka's own
+// KafkaProducer (kafka-clients, the version test/kafka pins) writing exactly
+// what clients.ProduceConfig asks for, and printing one JSON line per record
+// outcome on stdout, the line format of test/clients/run.go's scriptAck:
+//
+//   {"seq":3,"key":"p-3","partition":1,"offset":41}
+//   {"seq":4,"key":"p-4","error":"TimeoutException: ..."}
+//
+// test/clients/java.go compiles this file with javac against the fetched
+// kafka-clients jar and runs it as:
+//
+//   java -cp CLASSES:KAFKA_JARS BatonProducer --producer-config FILE
+//        --topic T --records N [--rate R] [--key-prefix P] [--headers]
+//        [--client NAME]
+//
+// The producer config file carries bootstrap.servers, acks, idempotence and
+// compression. Record i has key P-i, value "value of P-i" and, with
+// --headers, the headers baton-client=NAME and baton-seq=i. Every record is
+// reported exactly once, whether its send callback fires or send() throws.
+// Nothing but ack lines goes to stdout (logging goes to stderr).
+
+import java.io.BufferedOutputStream;
+import java.io.FileDescriptor;
+import java.io.FileInputStream;
+import java.io.FileOutputStream;
+import java.io.InputStream;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Properties;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicIntegerArray;
+import java.util.concurrent.locks.LockSupport;
+
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.header.internals.RecordHeader;
+import org.apache.kafka.common.serialization.StringSerializer;
+
+public final class BatonProducer {
+    private final PrintStream out;
+    private final AtomicIntegerArray reported;
+
+    private BatonProducer(PrintStream out, int records) {
+        this.out = out;
+        this.reported = new AtomicIntegerArray(records);
+    }
+
+    public static void main(String[] args) throws Exception {
+        // Keep the real stdout for ack lines; anything else printing to
+        // System.out (a logging default) lands on stderr.
+        PrintStream acks = new PrintStream(
+                new BufferedOutputStream(new FileOutputStream(FileDescriptor.out), 1 << 16),
+                false, StandardCharsets.UTF_8);
+        System.setOut(System.err);
+
+        String configFile = null, topic = null, prefix = "", client = "java";
+        int records = -1, rate = 0;
+        boolean headers = false;
+        for (int i = 0; i < args.length; i++) {
+            switch (args[i]) {
+                case "--producer-config": configFile = args[++i]; break;
+                case "--topic": topic = args[++i]; break;
+                case "--records": records = Integer.parseInt(args[++i]); break;
+                case "--rate": rate = Integer.parseInt(args[++i]); break;
+                case "--key-prefix": prefix = args[++i]; break;
+                case "--client": client = args[++i]; break;
+                case "--headers": headers = true; break;
+                default:
+                    System.err.println("BatonProducer: unknown argument " + args[i]);
+                    System.exit(2);
+            }
+        }
+        if (configFile == null || topic == null || records < 1 || rate < 0) {
+            System.err.println("BatonProducer: need --producer-config, --topic, --records >= 1 (and --rate >= 0)");
+            System.exit(2);
+        }
+
+        Properties props = new Properties();
+        try (InputStream in = new FileInputStream(configFile)) {
+            props.load(in);
+        }
+        props.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
+        props.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
+
+        BatonProducer bp = new BatonProducer(acks, records);
+        byte[] clientBytes = client.getBytes(StandardCharsets.UTF_8);
+        try (KafkaProducer<String, String> producer = new KafkaProducer<>(props)) {
+            long start = System.nanoTime();
+            for (int seq = 0; seq < records; seq++) {
+                if (rate > 0) {
+                    long due = start + (long) ((double) seq * TimeUnit.SECONDS.toNanos(1) / rate);
+                    for (long wait; (wait = due - System.nanoTime()) > 0; ) {
+                        LockSupport.parkNanos(wait);
+                    }
+                }
+                final int s = seq;
+                final String key = prefix + "-" + seq;
+                String value = "value of " + key;
+                List<Header> hs = null;
+                if (headers) {
+                    hs = new ArrayList<>(2);
+                    hs.add(new RecordHeader("baton-client", clientBytes));
+                    hs.add(new RecordHeader("baton-seq", Integer.toString(seq).getBytes(StandardCharsets.UTF_8)));
+                }
+                ProducerRecord<String, String> rec = new ProducerRecord<>(topic, null, key, value, hs);
+                try {
+                    producer.send(rec, (md, ex) -> bp.report(s, key, md, ex));
+                } catch (Exception e) {
+                    bp.report(s, key, null, e);
+                }
+            }
+            producer.flush();
+        }
+        // close() completes every callback; anything still unreported is a
+        // bug here, but report it rather than leave the driver waiting.
+        for (int seq = 0; seq < records; seq++) {
+            bp.report(seq, prefix + "-" + seq, null, new IllegalStateException("no outcome reported by the producer before close"));
+        }
+        acks.flush();
+        System.exit(acks.checkError() ? 1 : 0);
+    }
+
+    private void report(int seq, String key, RecordMetadata md, Exception ex) {
+        if (!reported.compareAndSet(seq, 0, 1)) {
+            return;
+        }
+        StringBuilder b = new StringBuilder(96);
+        b.append("{\"seq\":").append(seq).append(",\"key\":");
+        quote(b, key);
+        if (ex == null && md != null) {
+            b.append(",\"partition\":").append(md.partition()).append(",\"offset\":").append(md.offset());
+        } else {
+            String msg = ex == null ? "no metadata and no exception" : ex.getClass().getSimpleName() + ": " + ex.getMessage();
+            b.append(",\"error\":");
+            quote(b, msg);
+        }
+        b.append('}');
+        synchronized (out) {
+            out.println(b);
+            out.flush();
+        }
+    }
+
+    private static void quote(StringBuilder b, String s) {
+        b.append('"');
+        for (int i = 0; i < s.length(); i++) {
+            char c = s.charAt(i);
+            switch (c) {
+                case '"': b.append("\\\""); break;
+                case '\\': b.append("\\\\"); break;
+                case '\n': b.append("\\n"); break;
+                case '\r': b.append("\\r"); break;
+                case '\t': b.append("\\t"); break;
+                default:
+                    if (c < 0x20) {
+                        b.append(String.format("\\u%04x", (int) c));
+                    } else {
+                        b.append(c);
+                    }
+            }
+        }
+        b.append('"');
+    }
+}

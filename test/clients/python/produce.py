@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""Baton client-matrix driver for confluent-kafka-python (librdkafka).
+
+Produces the records that test/clients (python.go) asks for and prints one
+JSON line per delivery callback on stdout:
+{"seq":N,"key":K,"partition":P,"offset":O} on success,
+{"seq":N,"key":K,"error":E} on failure. Logs go to stderr.
+
+Usage: produce.py '<json config>' where the config has client, bootstrap,
+topic, records, rate, idempotent, compression, headers, keyPrefix.
+"""
+
+import json
+import sys
+import time
+
+try:
+    from confluent_kafka import Producer
+except ImportError as e:  # the venv is missing or incomplete
+    print(
+        f"produce.py: confluent-kafka is not importable ({e}); "
+        "run test/clients/install.sh (python venv + pip install -r requirements.txt)",
+        file=sys.stderr,
+    )
+    sys.exit(3)
+
+
+def main() -> int:
+    if len(sys.argv) != 2:
+        print("usage: produce.py <json config>", file=sys.stderr)
+        return 2
+    cfg = json.loads(sys.argv[1])
+    n = int(cfg["records"])
+    rate = int(cfg.get("rate") or 0)
+    prefix = cfg.get("keyPrefix", "")
+    client = cfg.get("client") or "python"
+    topic = cfg["topic"]
+    out = sys.stdout
+
+    def on_error(err):
+        print(f"produce.py: client error: {err}", file=sys.stderr, flush=True)
+
+    producer = Producer(
+        {
+            "bootstrap.servers": cfg["bootstrap"],
+            "client.id": f"baton-{client}",
+            "acks": "all",
+            "enable.idempotence": bool(cfg.get("idempotent")),
+            "compression.type": cfg.get("compression") or "none",
+            "error_cb": on_error,
+        }
+    )
+
+    def delivery(seq, key):
+        def cb(err, msg):
+            rec = {"seq": seq, "key": key}
+            if err is not None:
+                rec["error"] = str(err)
+            else:
+                rec["partition"] = msg.partition()
+                rec["offset"] = msg.offset()
+            out.write(json.dumps(rec) + "\n")
+            out.flush()
+
+        return cb
+
+    start = time.monotonic()
+    for seq in range(n):
+        if rate > 0:
+            due = start + seq / rate
+            while True:
+                left = due - time.monotonic()
+                if left <= 0:
+                    break
+                producer.poll(left)  # serves delivery callbacks while waiting
+        key = f"{prefix}-{seq}"
+        kwargs = {
+            "key": key.encode(),
+            "value": f"value of {prefix}-{seq}".encode(),
+            "on_delivery": delivery(seq, key),
+        }
+        if cfg.get("headers"):
+            kwargs["headers"] = [("baton-client", client.encode()), ("baton-seq", str(seq).encode())]
+        while True:
+            try:
+                producer.produce(topic, **kwargs)
+                break
+            except BufferError:  # local queue full: let it drain
+                producer.poll(0.1)
+        producer.poll(0)
+    # Every message ends in a delivery callback, at the latest after
+    # message.timeout.ms.
+    while producer.flush(1.0) > 0:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

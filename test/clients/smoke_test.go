@@ -1,0 +1,503 @@
+package clients
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/baton-kafka/baton/test/embedded"
+	"github.com/baton-kafka/baton/test/kafka"
+)
+
+// The smoke test runs every driver against every cluster target: each
+// driver, idempotence on and off, produces smokeRecords keyed records (with
+// headers where the client can) into a fresh 6-partition topic, and
+// Verify reads them back.
+
+const (
+	smokeRecords    = 1000
+	smokePartitions = 6
+	smokeBrokers    = 3
+)
+
+// driverCase is one client of the matrix and what it supports.
+type driverCase struct {
+	p Producer
+	// headers says whether the client can send the per-record headers.
+	headers bool
+	// codecs it supports besides none.
+	codecs []string
+}
+
+var allCodecs = []string{"gzip", "snappy", "lz4", "zstd"}
+
+// matrix lists the drivers under test.
+var matrix = []driverCase{
+	{p: Franz{}, headers: true, codecs: allCodecs},
+	{p: Sarama{}, headers: true, codecs: allCodecs},
+	// kcat: -H is per run, so no per-record baton-seq; Debian's librdkafka
+	// 2.0.2 cannot compress gzip, snappy or lz4 for Kafka 4 or kfake.
+	{p: Kcat{}, headers: false, codecs: kcatCodecs()},
+	{p: Kafkajs{}, headers: true, codecs: []string{"gzip"}},
+	{p: Python{}, headers: true, codecs: allCodecs},
+	{p: Java{}, headers: true, codecs: allCodecs},
+}
+
+// clusterTarget is a cluster the matrix runs against, started at most once
+// per test binary (on first use) and stopped by TestMain.
+type clusterTarget struct {
+	name  string
+	start func() (bootstrap string, stop func() error, err error)
+
+	once      sync.Once
+	bootstrap string
+	stop      func() error
+	err       error
+}
+
+// get starts the cluster on first use, or fails t with why it could not.
+func (c *clusterTarget) get(t *testing.T) string {
+	t.Helper()
+	c.once.Do(func() { c.bootstrap, c.stop, c.err = c.start() })
+	if c.err != nil {
+		t.Fatalf("starting the %s cluster: %v", c.name, c.err)
+	}
+	return c.bootstrap
+}
+
+var targets = []*clusterTarget{
+	{name: "kfake", start: func() (string, func() error, error) {
+		c, err := embedded.Start(embedded.Brokers(smokeBrokers))
+		if err != nil {
+			return "", nil, err
+		}
+		return c.Bootstrap(), func() error { c.Close(); return nil }, nil
+	}},
+	{name: "apache-kafka", start: func() (string, func() error, error) {
+		dir, err := os.MkdirTemp("", "baton-clients-kafka-")
+		if err != nil {
+			return "", nil, err
+		}
+		c, err := kafka.Start(context.Background(), kafka.Brokers(smokeBrokers), kafka.Dir(dir))
+		if err != nil {
+			_ = os.RemoveAll(dir)
+			return "", nil, err
+		}
+		return c.Bootstrap(), func() error {
+			err := c.Stop()
+			if err == nil {
+				err = os.RemoveAll(dir)
+			}
+			return err
+		}, nil
+	}},
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for _, c := range targets {
+		if c.stop != nil {
+			if err := c.stop(); err != nil {
+				fmt.Fprintf(os.Stderr, "stopping the %s cluster: %v\n", c.name, err)
+				if code == 0 {
+					code = 1
+				}
+			}
+		}
+	}
+	os.Exit(code)
+}
+
+var topicSeq atomic.Int64
+
+// freshTopic creates a new topic with smokePartitions partitions, replicated
+// to every broker, and waits until every broker knows its leaders.
+func freshTopic(t *testing.T, ctx context.Context, bootstrap, what string) string {
+	t.Helper()
+	topic := fmt.Sprintf("matrix-%s-%d-%d", what, os.Getpid(), topicSeq.Add(1))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(bootstrapList(bootstrap)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	resp, err := adm.CreateTopic(ctx, smokePartitions, smokeBrokers, nil, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatalf("creating topic %s: %v", topic, err)
+	}
+	if err := waitTopicEverywhere(ctx, cl, topic, smokePartitions); err != nil {
+		t.Fatalf("topic %s: %v", topic, err)
+	}
+	return topic
+}
+
+// waitTopicEverywhere waits until every broker's metadata has topic with n
+// partitions, each with a leader.
+func waitTopicEverywhere(ctx context.Context, cl *kgo.Client, topic string, n int) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	var last error
+	for {
+		last = topicReadyEverywhere(ctx, cl, topic, n)
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("not ready on every broker: %w (last: %v)", ctx.Err(), last)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func topicReadyEverywhere(ctx context.Context, cl *kgo.Client, topic string, n int) error {
+	brokers, err := kadm.NewClient(cl).ListBrokers(ctx)
+	if err != nil {
+		return err
+	}
+	if len(brokers) == 0 {
+		return errors.New("no brokers listed")
+	}
+	for _, b := range brokers {
+		req := kmsg.NewPtrMetadataRequest()
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(topic)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, cl.Broker(int(b.NodeID)))
+		if err != nil {
+			return fmt.Errorf("broker %d: %w", b.NodeID, err)
+		}
+		if len(resp.Topics) != 1 || resp.Topics[0].ErrorCode != 0 || len(resp.Topics[0].Partitions) != n {
+			return fmt.Errorf("broker %d does not list the topic with %d partitions yet", b.NodeID, n)
+		}
+		for _, p := range resp.Topics[0].Partitions {
+			if p.ErrorCode != 0 || p.Leader < 0 {
+				return fmt.Errorf("broker %d: partition %d has no leader yet", b.NodeID, p.Partition)
+			}
+		}
+	}
+	return nil
+}
+
+// produceAll runs p and collects its acks. It fails t on a Produce error,
+// with the install hint when the client is missing.
+func produceAll(t *testing.T, ctx context.Context, p Producer, cfg ProduceConfig) []Ack {
+	t.Helper()
+	var acks []Ack
+	err := p.Produce(ctx, cfg, func(a Ack) { acks = append(acks, a) })
+	if errors.Is(err, ErrUnavailable) {
+		t.Fatalf("%s is not installed (make test runs test/clients/install.sh): %v", p.Name(), err)
+	}
+	if err != nil {
+		t.Fatalf("%s: Produce: %v", p.Name(), err)
+	}
+	return acks
+}
+
+func TestSmoke(t *testing.T) {
+	for _, target := range targets {
+		t.Run(target.name, func(t *testing.T) {
+			bootstrap := target.get(t)
+			for _, dc := range matrix {
+				for _, idempotent := range []bool{true, false} {
+					name := fmt.Sprintf("%s/idempotent=%v", dc.p.Name(), idempotent)
+					t.Run(name, func(t *testing.T) {
+						t.Parallel()
+						ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+						defer cancel()
+						topic := freshTopic(t, ctx, bootstrap, dc.p.Name())
+						cfg := ProduceConfig{
+							Bootstrap:  bootstrap,
+							Topic:      topic,
+							Records:    smokeRecords,
+							Idempotent: idempotent,
+							Headers:    dc.headers,
+							KeyPrefix:  fmt.Sprintf("smoke-%s-%v", dc.p.Name(), idempotent),
+						}
+						acks := produceAll(t, ctx, dc.p, cfg)
+						if err := verify(ctx, bootstrap, topic, dc.p.Name(), acks, cfg); err != nil {
+							t.Fatal(err)
+						}
+						checkSpread(t, acks)
+					})
+				}
+			}
+		})
+	}
+}
+
+// checkSpread fails t unless the records landed on more than one
+// partition: 1000 keys hashed over 6 partitions always do, and a driver
+// that pins one partition would hide mapping bugs.
+func checkSpread(t *testing.T, acks []Ack) {
+	t.Helper()
+	parts := make(map[int32]int)
+	for _, a := range acks {
+		parts[a.Partition]++
+	}
+	if len(parts) < 2 {
+		t.Fatalf("every record went to one partition: %v", parts)
+	}
+}
+
+// TestCompression runs every codec each driver supports, idempotent, on
+// every target, with fewer records.
+func TestCompression(t *testing.T) {
+	const records = 200
+	for _, target := range targets {
+		t.Run(target.name, func(t *testing.T) {
+			bootstrap := target.get(t)
+			for _, dc := range matrix {
+				for _, codec := range dc.codecs {
+					t.Run(dc.p.Name()+"/"+codec, func(t *testing.T) {
+						t.Parallel()
+						ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+						defer cancel()
+						topic := freshTopic(t, ctx, bootstrap, dc.p.Name()+"-"+codec)
+						cfg := ProduceConfig{
+							Bootstrap:   bootstrap,
+							Topic:       topic,
+							Records:     records,
+							Idempotent:  true,
+							Compression: codec,
+							Headers:     dc.headers,
+							KeyPrefix:   "codec-" + codec,
+						}
+						acks := produceAll(t, ctx, dc.p, cfg)
+						if err := verify(ctx, bootstrap, topic, dc.p.Name(), acks, cfg); err != nil {
+							t.Fatal(err)
+						}
+					})
+				}
+			}
+		})
+	}
+}
+
+// TestUnsupported checks the options the drivers refuse, before they dial
+// anything.
+func TestUnsupported(t *testing.T) {
+	base := ProduceConfig{Bootstrap: "127.0.0.1:1", Topic: "t", Records: 1, KeyPrefix: "k"}
+	for _, dc := range matrix {
+		supported := map[string]bool{"": true, "none": true}
+		for _, c := range dc.codecs {
+			supported[c] = true
+		}
+		for _, codec := range allCodecs {
+			if supported[codec] {
+				continue
+			}
+			cfg := base
+			cfg.Compression = codec
+			err := dc.p.Produce(t.Context(), cfg, func(Ack) { t.Errorf("%s: ack for a refused config", dc.p.Name()) })
+			if !errors.Is(err, ErrUnsupported) {
+				t.Errorf("%s with %s compression: got %v, want ErrUnsupported", dc.p.Name(), codec, err)
+			}
+		}
+		if !dc.headers {
+			cfg := base
+			cfg.Headers = true
+			err := dc.p.Produce(t.Context(), cfg, func(Ack) { t.Errorf("%s: ack for a refused config", dc.p.Name()) })
+			if !errors.Is(err, ErrUnsupported) {
+				t.Errorf("%s with headers: got %v, want ErrUnsupported", dc.p.Name(), err)
+			}
+		}
+	}
+}
+
+// TestBadConfig checks that every driver rejects configs no driver can run.
+func TestBadConfig(t *testing.T) {
+	good := ProduceConfig{Bootstrap: "127.0.0.1:1", Topic: "t", Records: 1, KeyPrefix: "k"}
+	bad := map[string]func(*ProduceConfig){
+		"no bootstrap":  func(c *ProduceConfig) { c.Bootstrap = "" },
+		"no topic":      func(c *ProduceConfig) { c.Topic = "" },
+		"no records":    func(c *ProduceConfig) { c.Records = 0 },
+		"negative rate": func(c *ProduceConfig) { c.Rate = -1 },
+		"unknown codec": func(c *ProduceConfig) { c.Compression = "brotli" },
+	}
+	for _, dc := range matrix {
+		for what, mutate := range bad {
+			cfg := good
+			mutate(&cfg)
+			err := dc.p.Produce(t.Context(), cfg, func(Ack) { t.Errorf("%s: ack for a bad config", dc.p.Name()) })
+			if err == nil || errors.Is(err, ErrUnavailable) {
+				t.Errorf("%s with %s: got %v, want a config error", dc.p.Name(), what, err)
+			}
+		}
+	}
+}
+
+// TestCancel checks that ending ctx stops a paced run: Produce returns
+// ctx's error, having reported every record exactly once (the ones the
+// client did not get to as failed), and child processes die with it.
+func TestCancel(t *testing.T) {
+	bootstrap := targets[0].get(t)
+	for _, dc := range matrix {
+		t.Run(dc.p.Name(), func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+			defer cancel()
+			topic := freshTopic(t, ctx, bootstrap, "cancel-"+dc.p.Name())
+			// 1000 records at 20/s would take 50 s: the run is cut after
+			// the first acknowledgment.
+			cfg := ProduceConfig{Bootstrap: bootstrap, Topic: topic, Records: 1000, Rate: 20, Idempotent: true, KeyPrefix: "cancel"}
+			runCtx, stop := context.WithCancel(ctx)
+			defer stop()
+			seen := make(map[int]int)
+			var ok, failed int
+			err := dc.p.Produce(runCtx, cfg, func(a Ack) {
+				seen[a.Seq]++
+				if a.Err == "" {
+					ok++
+					stop()
+				} else {
+					failed++
+				}
+			})
+			if errors.Is(err, ErrUnavailable) {
+				t.Fatalf("%s is not installed (make test runs test/clients/install.sh): %v", dc.p.Name(), err)
+			}
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("Produce returned %v, want context.Canceled", err)
+			}
+			if ok == 0 {
+				t.Fatalf("no successful ack before the cancel")
+			}
+			if failed == 0 {
+				t.Fatalf("every record succeeded although the run was cut (acks: %d)", ok)
+			}
+			for seq := 0; seq < cfg.Records; seq++ {
+				if seen[seq] != 1 {
+					t.Fatalf("record %d reported %d times", seq, seen[seq])
+				}
+			}
+			if len(seen) != cfg.Records {
+				t.Fatalf("acks for %d distinct records, want %d", len(seen), cfg.Records)
+			}
+		})
+	}
+}
+
+// TestPaced runs every driver with a Rate to the end: the paced paths (the
+// kcat stdin writer, the scripts' pacing loops) deliver every record.
+func TestPaced(t *testing.T) {
+	bootstrap := targets[0].get(t)
+	for _, dc := range matrix {
+		t.Run(dc.p.Name(), func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+			defer cancel()
+			topic := freshTopic(t, ctx, bootstrap, "paced-"+dc.p.Name())
+			cfg := ProduceConfig{Bootstrap: bootstrap, Topic: topic, Records: 60, Rate: 200, Idempotent: true, Headers: dc.headers, KeyPrefix: "paced"}
+			acks := produceAll(t, ctx, dc.p, cfg)
+			if err := verify(ctx, bootstrap, topic, dc.p.Name(), acks, cfg); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestUnavailable checks that a missing runtime or package is reported as
+// ErrUnavailable naming the install step.
+func TestUnavailable(t *testing.T) {
+	cfg := ProduceConfig{Bootstrap: "127.0.0.1:1", Topic: "t", Records: 1, KeyPrefix: "k"}
+	noModules := t.TempDir()
+	if err := os.WriteFile(noModules+"/produce.js", []byte("// empty\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A venv whose python cannot import confluent_kafka: -I -S hides
+	// every site-packages.
+	venv := t.TempDir()
+	if err := os.MkdirAll(venv+"/bin", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(venv+"/bin/python", []byte("#!/bin/sh\nexec python3 -I -S \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		p    Producer
+		hint string
+	}{
+		{Kcat{Path: "/nonexistent/kcat"}, "install.sh"},
+		{Kafkajs{Node: "/nonexistent/node"}, "apt-get install -y nodejs npm"},
+		{Kafkajs{Dir: noModules}, "npm ci"},
+		{Python{Venv: t.TempDir()}, "pip install"},
+		{Python{Venv: venv}, "pip install"},
+	} {
+		err := c.p.Produce(t.Context(), cfg, func(a Ack) {})
+		if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), c.hint) {
+			t.Errorf("%#v: got %v, want ErrUnavailable mentioning %q", c.p, err, c.hint)
+		}
+	}
+}
+
+// TestVersionAtLeast covers the librdkafka version gate of the kcat driver.
+func TestVersionAtLeast(t *testing.T) {
+	least := [3]int{2, 11, 1}
+	for v, want := range map[[3]int]bool{
+		{2, 0, 2}: false, {2, 11, 0}: false, {1, 99, 99}: false,
+		{2, 11, 1}: true, {2, 11, 2}: true, {2, 12, 0}: true, {3, 0, 0}: true,
+	} {
+		if got := versionAtLeast(v, least); got != want {
+			t.Errorf("versionAtLeast(%v, %v) = %v", v, least, got)
+		}
+	}
+}
+
+// TestScriptAckParsing covers the JSON line protocol of the script drivers.
+func TestScriptAckParsing(t *testing.T) {
+	good := map[string]Ack{
+		`{"seq":3,"key":"k-3","partition":2,"offset":17}`:          {Seq: 3, Key: "k-3", Partition: 2, Offset: 17},
+		`{"seq":4,"key":"k-4","error":"Local: Message timed out"}`: {Seq: 4, Key: "k-4", Partition: -1, Offset: -1, Err: "Local: Message timed out"},
+	}
+	for line, want := range good {
+		got, err := parseScriptAck(line)
+		if err != nil {
+			t.Errorf("%s: %v", line, err)
+			continue
+		}
+		got.At = time.Time{}
+		if got != want {
+			t.Errorf("%s: got %+v, want %+v", line, got, want)
+		}
+	}
+	for _, line := range []string{
+		`hello`,
+		`{"key":"k-1","partition":1,"offset":1}`,
+		`{"seq":1,"key":"k-1"}`,
+		`{"seq":1,"key":"k-1","partition":1}`,
+		`{"seq":1,"key":"k-1","partition":1,"offset":1,"extra":true}`,
+	} {
+		if _, err := parseScriptAck(line); err == nil {
+			t.Errorf("%s: parsed, want an error", line)
+		}
+	}
+}
+
+// TestSeqOfKey covers the key parser Verify uses to find a run's records.
+func TestSeqOfKey(t *testing.T) {
+	for key, want := range map[string]int{"p-0": 0, "p-17": 17, "a-b-5": 5} {
+		prefix := key[:strings.LastIndex(key, "-")]
+		if got, ok := seqOfKey(prefix, key); !ok || got != want {
+			t.Errorf("seqOfKey(%q, %q) = %d, %v; want %d", prefix, key, got, ok, want)
+		}
+	}
+	for _, key := range []string{"p-", "p-x", "p-01", "p--1", "q-1", "p1"} {
+		if _, ok := seqOfKey("p", key); ok {
+			t.Errorf("seqOfKey(p, %q) parsed", key)
+		}
+	}
+}
