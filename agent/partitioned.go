@@ -86,6 +86,8 @@ func leaderGone(code int16) bool {
 	return false
 }
 
+var errForwardDeadline = errors.New("a forwarded request passed the forward deadline")
+
 // sent is one shard's request on the wire.
 type sent struct {
 	s   *shard
@@ -97,9 +99,16 @@ func (r *router) sendShards(ctx context.Context, shards []*shard, key, ver int16
 	out := make([]sent, len(shards))
 	for i, s := range shards {
 		req := build(s)
+		if pr, ok := req.(*kmsg.ProduceRequest); ok {
+			if segs, ok := produceSegments(pr, make([]byte, 0, 256)); ok {
+				cl, err := s.up.sendv(ctx, s.addr, r.slot, key, ver, clientID, segs, expect)
+				out[i] = sent{s: s, cl: cl, err: err}
+				continue
+			}
+		}
 		body := req.AppendTo(getBuf(encodedSizeHint(req))[:0])
 		cl, err := s.up.send(ctx, s.addr, r.slot, key, ver, clientID, body, expect)
-		putBuf(body) // send wrote or copied it
+		putBuf(body) // send wrote it
 		out[i] = sent{s: s, cl: cl, err: err}
 	}
 	return out
@@ -130,6 +139,11 @@ func (r *router) collect(ctx context.Context, ss []sent, key, ver int16, start t
 		body, err := x.cl.wait(ctx)
 		r.a.observeUpstream(x.s.up.name, key, time.Since(start), err)
 		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				// A broker answers one connection's requests in order, so
+				// everything behind this one is stuck too: start afresh.
+				x.cl.conn.die(errForwardDeadline)
+			}
 			each(x.s, nil, err)
 			continue
 		}

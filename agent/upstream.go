@@ -32,9 +32,9 @@ type brokerConn struct {
 	readTimeout time.Duration
 
 	wmu  sync.Mutex
-	bw   *bufio.Writer
 	corr int32
 	buf  []byte
+	iov  [][]byte
 
 	pending chan *call
 	dead    chan struct{}
@@ -43,6 +43,7 @@ type brokerConn struct {
 }
 
 type call struct {
+	conn  *brokerConn
 	corr  int32
 	key   int16
 	ver   int16
@@ -62,7 +63,6 @@ func dialBroker(ctx context.Context, addr string, dialTimeout, readTimeout time.
 		addr:        addr,
 		nc:          nc,
 		readTimeout: readTimeout,
-		bw:          bufio.NewWriterSize(nc, 64<<10),
 		pending:     make(chan *call, 256),
 		dead:        make(chan struct{}),
 	}
@@ -97,24 +97,30 @@ func (c *brokerConn) deathErr() error {
 // send writes one request. When expectResp is false (acks=0 produce) it
 // returns a nil call: nothing is kept, so nothing leaks.
 func (c *brokerConn) send(key, ver int16, clientID *string, body []byte, expectResp bool) (*call, error) {
+	return c.sendv(key, ver, clientID, [][]byte{body}, expectResp)
+}
+
+// sendv writes one request whose body is the concatenation of segs, with
+// one writev and without copying the segments.
+func (c *brokerConn) sendv(key, ver int16, clientID *string, segs [][]byte, expectResp bool) (*call, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if c.isDead() {
 		return nil, c.deathErr()
 	}
 	c.corr++
-	cl := &call{corr: c.corr, key: key, ver: ver, done: make(chan struct{}), start: time.Now()}
+	cl := &call{conn: c, corr: c.corr, key: key, ver: ver, done: make(chan struct{}), start: time.Now()}
 	c.buf = appendRequestHeader(append(c.buf[:0], 0, 0, 0, 0), key, ver, c.corr, clientID, isFlexible(key, ver))
-	binary.BigEndian.PutUint32(c.buf, uint32(len(c.buf)-4+len(body)))
-	if _, err := c.bw.Write(c.buf); err != nil {
-		c.die(err)
-		return nil, c.deathErr()
+	size := len(c.buf) - 4
+	for _, s := range segs {
+		size += len(s)
 	}
-	if _, err := c.bw.Write(body); err != nil {
-		c.die(err)
-		return nil, c.deathErr()
-	}
-	if err := c.bw.Flush(); err != nil {
+	binary.BigEndian.PutUint32(c.buf, uint32(size))
+	c.iov = append(append(c.iov[:0], c.buf), segs...)
+	bufs := net.Buffers(c.iov)
+	_, err := bufs.WriteTo(c.nc)
+	clear(c.iov) // drop references to the caller's buffers
+	if err != nil {
 		c.die(err)
 		return nil, c.deathErr()
 	}
@@ -274,6 +280,16 @@ func (u *upstream) conn(ctx context.Context, addr string, idx uint64) (*brokerCo
 	u.conns[addr] = pool
 	u.mu.Unlock()
 	return c, nil
+}
+
+// sendv writes a request body made of segments to addr on pooled
+// connection idx.
+func (u *upstream) sendv(ctx context.Context, addr string, idx uint64, key, ver int16, clientID *string, segs [][]byte, expect bool) (*call, error) {
+	c, err := u.conn(ctx, addr, idx)
+	if err != nil {
+		return nil, err
+	}
+	return c.sendv(key, ver, clientID, segs, expect)
 }
 
 // send writes a raw request body to addr on pooled connection idx.

@@ -25,6 +25,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/baton-kafka/baton/test/embedded"
+	"github.com/baton-kafka/baton/test/kafka"
 )
 
 const (
@@ -35,22 +36,40 @@ const (
 )
 
 // BenchmarkAgentVsDirect: franz-go producers (1 KiB records, acks=all, 6
-// partitions) straight to a 3-broker embedded cluster, and through a
-// `baton agent` process in front of the same cluster. The cluster blackholes
-// record bytes (offsets and sequences still checked) so that broker storage
-// does not dominate on a 2-core machine.
+// partitions) straight to a 3-broker cluster, and through a `baton agent`
+// process in front of the same cluster, side by side. Two clusters:
+//
+//   - kfake-blackhole: embedded kfake that discards record bytes (offsets and
+//     sequences still checked). The broker costs almost nothing, so this is
+//     the agent's worst case: client, broker and agent share 2 cores and
+//     the agent's CPU shows directly in the ratio.
+//   - apache-kafka: a real 3-broker Apache Kafka 4.4 cluster, RF 3.
 func BenchmarkAgentVsDirect(b *testing.B) {
 	if b.N > 1 {
 		b.Skip("runs a fixed workload once; use -benchtime 1x")
 	}
-	cluster, err := embedded.Start(embedded.Partitions(partitions), embedded.KfakeOpts(kfake.BlackholeProduce()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cluster.Close()
-	agentAddr, agentPID, stop := startAgentProcess(b, cluster.Bootstrap())
+	b.Run("kfake-blackhole", func(b *testing.B) {
+		cluster, err := embedded.Start(embedded.Partitions(partitions), embedded.KfakeOpts(kfake.BlackholeProduce()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer cluster.Close()
+		agentVsDirect(b, "kfake-blackhole", cluster.Bootstrap(), 1)
+	})
+	b.Run("apache-kafka", func(b *testing.B) {
+		cluster, err := kafka.Start(context.Background(), kafka.Brokers(3), kafka.Dir(b.TempDir()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer cluster.Stop()
+		agentVsDirect(b, "apache-kafka (3 brokers, RF 3)", cluster.Bootstrap(), 3)
+	})
+}
+
+func agentVsDirect(b *testing.B, name, bootstrap string, rf int16) {
+	agentAddr, agentPID, stop := startAgentProcess(b, bootstrap)
 	defer stop()
-	createTopic(b, cluster.Bootstrap(), "bench")
+	createTopic(b, bootstrap, "bench", rf)
 
 	type result struct {
 		mbps      float64
@@ -60,7 +79,7 @@ func BenchmarkAgentVsDirect(b *testing.B) {
 	var direct, agent result
 	// Interleave so that drift on the machine hits both alike.
 	for round := 0; round < 2; round++ {
-		d := throughput(b, cluster.Bootstrap())
+		d := throughput(b, bootstrap)
 		cpu0 := processCPU(b, agentPID)
 		a := throughput(b, agentAddr)
 		cpu1 := processCPU(b, agentPID)
@@ -68,7 +87,7 @@ func BenchmarkAgentVsDirect(b *testing.B) {
 		agent.mbps += a.mbps / 2
 		agent.cpuPerGiB += (cpu1 - cpu0).Seconds() / (float64(a.bytes) / (1 << 30)) / 2
 	}
-	direct.p50, direct.p99 = latency(b, cluster.Bootstrap())
+	direct.p50, direct.p99 = latency(b, bootstrap)
 	agent.p50, agent.p99 = latency(b, agentAddr)
 
 	b.ReportMetric(direct.mbps, "direct-MB/s")
@@ -77,13 +96,14 @@ func BenchmarkAgentVsDirect(b *testing.B) {
 	b.ReportMetric(float64(agent.p99-direct.p99)/1e6, "p99-added-ms")
 	b.ReportMetric(agent.cpuPerGiB, "agent-cpu-s/GiB")
 	fmt.Fprintf(os.Stderr, `
-agent vs direct (franz-go, 1 KiB records, acks=all, %d partitions, %s runs, GOMAXPROCS=%d)
+agent vs direct on %s
+(franz-go, 1 KiB records, acks=all, %d partitions, %s runs, GOMAXPROCS=%d)
                      direct      agent     ratio
 throughput MB/s   %9.1f  %9.1f   %6.2fx
 p50 latency ms    %9.2f  %9.2f   %+6.2f ms (at %d rec/s)
 p99 latency ms    %9.2f  %9.2f   %+6.2f ms
 agent CPU s/GiB              %9.2f
-`, partitions, runFor, runtime.GOMAXPROCS(0),
+`, name, partitions, runFor, runtime.GOMAXPROCS(0),
 		direct.mbps, agent.mbps, agent.mbps/direct.mbps,
 		ms(direct.p50), ms(agent.p50), ms(agent.p50-direct.p50), latencyRate,
 		ms(direct.p99), ms(agent.p99), ms(agent.p99-direct.p99),
@@ -170,13 +190,13 @@ func client(b *testing.B, bootstrap string, opts ...kgo.Opt) *kgo.Client {
 	return cl
 }
 
-func createTopic(b *testing.B, bootstrap, topic string) {
+func createTopic(b *testing.B, bootstrap, topic string, rf int16) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(bootstrap, ",")...))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer cl.Close()
-	resp, err := kadm.NewClient(cl).CreateTopic(context.Background(), partitions, 1, nil, topic)
+	resp, err := kadm.NewClient(cl).CreateTopic(context.Background(), partitions, rf, nil, topic)
 	if err == nil {
 		err = resp.Err
 	}
