@@ -1,4 +1,39 @@
-// Package replicator will own the source-to-destination copy with offset
-// parity, group offset sync, time-lag accounting and priority scheduling.
-// Nothing is built here yet: the replicator issue brings it.
+// Package replicator owns Baton's source-to-destination copy: it copies the
+// raw record batches of each managed topic partition from S.T.p to D.T.p
+// with offset parity, measures time lag, and orders the work by priority.
+//
+// What it guarantees, and how:
+//
+//   - Batches are copied byte for byte (boundaries, compression, timestamps,
+//     headers). Only the producer id, epoch and base sequence are rewritten,
+//     to the replicator's own idempotent producer on D, and the
+//     transactional bit is cleared; the CRC-32C is recomputed.
+//   - Produce to D uses acks=all and one batch in flight per partition, with
+//     per-partition sequences, so D holds each batch once and in order even
+//     when a produce is retried.
+//   - Fetches from S are read_committed: nothing past the last stable offset
+//     is copied, so the replicator never copies data whose transaction may
+//     still abort, and never has to take anything back. Committed
+//     transactional batches are written as plain idempotent batches; aborted
+//     batches and transaction markers (which a client cannot produce) are
+//     skipped.
+//   - Offset parity (DESIGN invariant 3): where S.T.p starts at 0 and is
+//     contiguous, D.T.p at o holds S.T.p's record at o. Where S has gaps
+//     (markers, aborted data, a log start above 0, records deleted before
+//     they were copied), the offsets shift and an exact offset map is
+//     persisted on D (OffsetMapTopic), written and acknowledged before the
+//     first batch it describes. Status reports exact or mapped parity per
+//     partition.
+//   - D is the checkpoint: a (re)started replicator resumes each partition
+//     at D's end offset translated through the offset map. Run returns
+//     only after every produce in flight was answered, so a restart in the
+//     same process neither duplicates nor skips.
+//   - Time lag per partition is measured from the replicator's own samples
+//     of S's last stable offsets: now minus the time of the first sample
+//     that showed the next offset to copy, 0 when caught up.
+//   - Schedule orders the work: migrating topics, then shortest job first
+//     across topics, then most lag first within a topic.
+//
+// The package also holds Verify, the record-by-record parity check behind
+// `baton verify parity`.
 package replicator

@@ -17,6 +17,6 @@ cluster with zero downtime, one topic at a time. See README.md and docs/.`,
 		SilenceErrors: true,
 		Version:       version,
 	}
-	root.AddCommand(newAgentCmd(), newDevCmd(), newDemoCmd())
+	root.AddCommand(newAgentCmd(), newDevCmd(), newDemoCmd(), newReplicatorCmd(), newVerifyCmd())
 	return root
 }

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+
+	"github.com/baton-kafka/baton/replicator"
+)
+
+func newReplicatorCmd() *cobra.Command {
+	var (
+		source, destination, topics, migrating, admin, mapTopic, logLevel string
+		workers                                                           int
+		fetchMax                                                          int32
+		sample                                                            time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "replicator",
+		Short: "Copy topics from the source to the destination cluster with offset parity",
+		Long: `Copy the raw record batches of every partition of --topics from the source
+to the destination cluster, keeping offsets (or an exact offset map where the
+source has gaps), until interrupted. The destination is the checkpoint: a
+restart resumes from what it holds. Metrics (baton_replicator_*) are served on
+--admin at /metrics. See docs/replicator.md.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := newLogger(logLevel)
+			if err != nil {
+				return err
+			}
+			ts := splitList(topics)
+			if len(ts) == 0 {
+				return errors.New("--topics: at least one topic is required")
+			}
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+			r, err := replicator.New(
+				replicator.Source(splitList(source)...), replicator.Destination(splitList(destination)...),
+				replicator.Topics(ts...), replicator.Workers(workers), replicator.FetchMaxBytes(fetchMax),
+				replicator.SampleInterval(sample), replicator.OffsetMapTopic(mapTopic),
+				replicator.Logger(log), replicator.Registry(reg),
+			)
+			if err != nil {
+				return err
+			}
+			for _, t := range splitList(migrating) {
+				if err := r.SetMigrating(t, true); err != nil {
+					return fmt.Errorf("--migrating %s: %w", t, err)
+				}
+			}
+			if admin != "" {
+				ln, err := net.Listen("tcp", admin)
+				if err != nil {
+					return fmt.Errorf("--admin: %w", err)
+				}
+				mux := http.NewServeMux()
+				mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+				srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+				go func() { _ = srv.Serve(ln) }()
+				defer func() {
+					ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+					defer cancel()
+					_ = srv.Shutdown(ctx)
+				}()
+				log.Info("admin endpoints", "metrics", "http://"+ln.Addr().String()+"/metrics")
+			}
+			return r.Run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&source, "source", "", "source cluster bootstrap brokers, comma-separated (required)")
+	f.StringVar(&destination, "destination", "", "destination cluster bootstrap brokers, comma-separated (required)")
+	f.StringVar(&topics, "topics", "", "topics to replicate, comma-separated (required)")
+	f.StringVar(&migrating, "migrating", "", "topics to copy first (being cut over), comma-separated")
+	f.StringVar(&admin, "admin", "127.0.0.1:9405", "address of /metrics (empty: off)")
+	f.StringVar(&mapTopic, "offset-map-topic", replicator.DefaultOffsetMapTopic, "compacted topic on the destination holding offset maps")
+	f.IntVar(&workers, "workers", replicator.DefaultWorkers, "partitions copied at once")
+	f.Int32Var(&fetchMax, "fetch-max-bytes", replicator.DefaultFetchMaxBytes, "bytes fetched from the source per copy step")
+	f.DurationVar(&sample, "sample-interval", replicator.DefaultSampleInterval, "how often source end offsets are sampled (the lag's resolution)")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	_ = cmd.MarkFlagRequired("source")
+	_ = cmd.MarkFlagRequired("destination")
+	_ = cmd.MarkFlagRequired("topics")
+	return cmd
+}

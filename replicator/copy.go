@@ -1,0 +1,467 @@
+package replicator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+func itoa(p int32) string { return strconv.Itoa(int(p)) }
+
+// setupTopic makes D.T exist with S.T's partition count (creating it with
+// S.T's dynamic topic configs) and adds partition states.
+func (r *Replicator) setupTopic(ctx context.Context, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.requestTimeout)
+	defer cancel()
+	sd, err := r.srcAdm.ListTopics(ctx, name)
+	if err != nil {
+		return fmt.Errorf("source metadata for %s: %w", name, err)
+	}
+	st := sd[name]
+	if errors.Is(st.Err, kerr.UnknownTopicOrPartition) || (st.Err == nil && len(st.Partitions) == 0) {
+		return fmt.Errorf("%w: %s", ErrSourceTopicMissing, name)
+	} else if st.Err != nil {
+		return fmt.Errorf("source metadata for %s: %w", name, st.Err)
+	}
+	n := len(st.Partitions)
+	dd, err := r.dstAdm.ListTopics(ctx, name)
+	if err != nil {
+		return fmt.Errorf("destination metadata for %s: %w", name, err)
+	}
+	switch dt := dd[name]; {
+	case errors.Is(dt.Err, kerr.UnknownTopicOrPartition) || (dt.Err == nil && len(dt.Partitions) == 0):
+		cfgs := map[string]*string{}
+		rcs, err := r.srcAdm.DescribeTopicConfigs(ctx, name)
+		if err != nil {
+			return fmt.Errorf("source configs of %s: %w", name, err)
+		}
+		for _, rc := range rcs {
+			for _, c := range rc.Configs {
+				if c.Source == kmsg.ConfigSourceDynamicTopicConfig && c.Value != nil {
+					cfgs[c.Key] = c.Value
+				}
+			}
+		}
+		resp, err := r.dstAdm.CreateTopic(ctx, int32(n), -1, cfgs, name)
+		if err == nil {
+			err = resp.Err
+		}
+		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("creating %s on the destination: %w", name, err)
+		}
+		r.log.Info("created topic on the destination", "topic", name, "partitions", n, "configs", len(cfgs))
+	case dt.Err != nil:
+		return fmt.Errorf("destination metadata for %s: %w", name, dt.Err)
+	case len(dt.Partitions) < n:
+		resp, err := r.dstAdm.UpdatePartitions(ctx, n, name)
+		if err == nil {
+			err = resp.Error()
+		}
+		if err != nil {
+			return fmt.Errorf("adding partitions to %s on the destination: %w", name, err)
+		}
+		r.log.Info("added partitions on the destination", "topic", name, "partitions", n)
+	case len(dt.Partitions) > n:
+		return fmt.Errorf("%w: %s has %d partitions on the destination, %d on the source", ErrDestinationDiverged, name, len(dt.Partitions), n)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, ok := r.topics[name]
+	if !ok {
+		return nil
+	}
+	for i := range int32(n) {
+		if _, ok := t.parts[i]; !ok {
+			t.parts[i] = &partState{topic: name, p: i, srcLeader: -1, dstLeader: -1, next: -1}
+		}
+	}
+	t.ready = true
+	return nil
+}
+
+// initPartition finds where to resume: D's end offset, translated through
+// the offset map, is the next source offset. An empty D starts at S's log
+// start.
+func (r *Replicator) initPartition(ctx context.Context, p *partState) error {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.requestTimeout)
+	defer cancel()
+	ends, err := r.dstAdm.ListEndOffsets(ctx, p.topic)
+	if err != nil {
+		return fmt.Errorf("destination end offset: %w", err)
+	}
+	end, ok := ends.Lookup(p.topic, p.p)
+	if !ok {
+		return fmt.Errorf("destination end offset: partition missing")
+	} else if end.Err != nil {
+		return fmt.Errorf("destination end offset: %w", end.Err)
+	}
+	r.mu.Lock()
+	m := r.maps[p.topic]
+	r.mu.Unlock()
+	delta := m.delta(p.p, end.Offset)
+	next := end.Offset + delta
+	if end.Offset == 0 && len(m[p.p]) == 0 {
+		starts, err := r.srcAdm.ListStartOffsets(ctx, p.topic)
+		if err != nil {
+			return fmt.Errorf("source start offset: %w", err)
+		}
+		s, ok := starts.Lookup(p.topic, p.p)
+		if !ok || s.Err != nil {
+			return fmt.Errorf("source start offset: %v", s.Err)
+		}
+		next = s.Offset
+	}
+	prod, err := r.producerFor(ctx, p)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p.next, p.dstEnd, p.delta, p.prod, p.seq, p.inited = next, end.Offset, delta, prod, 0, true
+	r.metrics.mapped.WithLabelValues(p.topic, itoa(p.p)).Set(boolGauge(!m.Exact(p.p)))
+	r.log.Debug("partition resumes", "topic", p.topic, "partition", p.p, "source_next", next, "destination_end", end.Offset)
+	return nil
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// producerFor returns the producer id p writes with: the run's shared id
+// on p's first init, a fresh one after p failed (its sequence restarts at
+// 0, which a used id would reject).
+func (r *Replicator) producerFor(ctx context.Context, p *partState) (producerID, error) {
+	r.mu.Lock()
+	shared, used := r.pid, p.usedPID
+	r.mu.Unlock()
+	if shared.id != 0 && !used {
+		r.mu.Lock()
+		p.usedPID = true
+		r.mu.Unlock()
+		return shared, nil
+	}
+	req := kmsg.NewPtrInitProducerIDRequest()
+	req.TransactionTimeoutMillis = 60000
+	req.ProducerID, req.ProducerEpoch = -1, -1
+	resp, err := req.RequestWith(ctx, r.dst)
+	if err == nil {
+		err = kerr.ErrorForCode(resp.ErrorCode)
+	}
+	if err != nil {
+		return producerID{}, fmt.Errorf("InitProducerId on the destination: %w", err)
+	}
+	got := producerID{id: resp.ProducerID, epoch: resp.ProducerEpoch}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pid.id == 0 && !p.usedPID {
+		r.pid = got
+		p.usedPID = true
+	}
+	return got, nil
+}
+
+// leader returns the leader of topic/partition on cl.
+func leader(ctx context.Context, cl *kgo.Client, topic string, partition int32) (int32, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return -1, err
+	}
+	for _, t := range resp.Topics {
+		if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
+			return -1, err
+		}
+		for _, p := range t.Partitions {
+			if p.Partition == partition {
+				if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+					return -1, err
+				}
+				if p.Leader < 0 {
+					return -1, kerr.LeaderNotAvailable
+				}
+				return p.Leader, nil
+			}
+		}
+	}
+	return -1, kerr.UnknownTopicOrPartition
+}
+
+// step copies what one fetch from S at p.next returns. p is busy: only this
+// goroutine writes its copy fields; r.mu guards them for readers.
+func (r *Replicator) step(ctx context.Context, p *partState) (err error) {
+	if !p.inited {
+		if err := r.initPartition(ctx, p); err != nil {
+			return err
+		}
+	}
+	defer func() {
+		if err != nil {
+			// Anything uncertain is settled by resuming from what D holds.
+			r.mu.Lock()
+			p.inited = false
+			r.mu.Unlock()
+		}
+	}()
+	fctx, cancel := context.WithTimeout(ctx, r.cfg.requestTimeout)
+	defer cancel()
+	if p.srcLeader < 0 {
+		if p.srcLeader, err = leader(fctx, r.src, p.topic, p.p); err != nil {
+			return fmt.Errorf("source leader: %w", err)
+		}
+	}
+	req := kmsg.NewPtrFetchRequest()
+	req.ReplicaID = -1
+	req.MaxWaitMillis = 100
+	req.MinBytes = 1
+	req.MaxBytes = r.cfg.fetchMaxBytes
+	req.IsolationLevel = 1 // read_committed: see the text in doc.go
+	req.SessionEpoch = -1
+	rt := kmsg.NewFetchRequestTopic()
+	rt.Topic = p.topic
+	rp := kmsg.NewFetchRequestTopicPartition()
+	rp.Partition = p.p
+	rp.FetchOffset = p.next
+	rp.PartitionMaxBytes = r.cfg.fetchMaxBytes
+	rp.CurrentLeaderEpoch = -1
+	rp.LogStartOffset = -1
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	kresp, err := r.src.Broker(int(p.srcLeader)).Request(fctx, req)
+	if err != nil {
+		p.srcLeader = -1
+		return fmt.Errorf("fetch: %w", err)
+	}
+	resp := kresp.(*kmsg.FetchResponse)
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return fmt.Errorf("fetch: %w", err)
+	}
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		return fmt.Errorf("fetch: response without the partition")
+	}
+	fp := resp.Topics[0].Partitions[0]
+	if err := kerr.ErrorForCode(fp.ErrorCode); err != nil {
+		if errors.Is(err, kerr.OffsetOutOfRange) {
+			return r.outOfRange(fctx, p, fp)
+		}
+		p.srcLeader = -1
+		return fmt.Errorf("fetch: %w", err)
+	}
+	r.mu.Lock()
+	p.lag.observe(r.now(), fp.LastStableOffset)
+	r.mu.Unlock()
+
+	batches, splitErr := splitBatches(fp.RecordBatches)
+	txns := make([]abortedTxn, 0, len(fp.AbortedTransactions))
+	for _, a := range fp.AbortedTransactions {
+		txns = append(txns, abortedTxn{producerID: a.ProducerID, firstOffset: a.FirstOffset})
+	}
+	filter := newAbortedFilter(txns)
+	for _, b := range batches {
+		if b.lastOffset() < p.next {
+			continue // before the fetch offset: already copied
+		}
+		if b.baseOffset < p.next {
+			return fmt.Errorf("%w: batch %d..%d starts before the next offset %d", ErrUnsupported, b.baseOffset, b.lastOffset(), p.next)
+		}
+		if b.baseOffset >= fp.LastStableOffset && fp.LastStableOffset >= 0 {
+			break // not yet decided (kfake may return past the LSO)
+		}
+		if filter.skip(b) {
+			reason := "aborted"
+			if b.control() {
+				reason = "control"
+			}
+			r.metrics.skipped.WithLabelValues(p.topic, reason).Inc()
+			r.mu.Lock()
+			p.next = b.lastOffset() + 1
+			r.mu.Unlock()
+			continue
+		}
+		if !b.contiguous() {
+			return fmt.Errorf("%w: batch at %d holds %d records over %d offsets (compacted)", ErrUnsupported, b.baseOffset, b.numRecords, b.lastDelta+1)
+		}
+		if err := r.copyBatch(ctx, p, b); err != nil {
+			return err
+		}
+	}
+	return splitErr
+}
+
+// outOfRange handles OFFSET_OUT_OF_RANGE from S: records deleted before
+// they were copied are a gap recorded in the offset map and reported; a
+// next offset beyond S's end means D holds more than S.
+func (r *Replicator) outOfRange(ctx context.Context, p *partState, fp kmsg.FetchResponseTopicPartition) error {
+	starts, err := r.srcAdm.ListStartOffsets(ctx, p.topic)
+	if err != nil {
+		return fmt.Errorf("fetch: offset %d out of range; source start offset: %w", p.next, err)
+	}
+	s, ok := starts.Lookup(p.topic, p.p)
+	if !ok || s.Err != nil {
+		return fmt.Errorf("fetch: offset %d out of range; source start offset unknown", p.next)
+	}
+	if p.next < s.Offset {
+		r.mu.Lock()
+		lost := s.Offset - p.next
+		p.lost += lost
+		p.next = s.Offset
+		r.mu.Unlock()
+		r.metrics.lost.WithLabelValues(p.topic).Add(float64(lost))
+		r.log.Error("source records deleted before they were copied", "topic", p.topic, "partition", p.p, "records", lost)
+		return nil // p.err carries nothing: the loss stays in Status via lost
+	}
+	return fmt.Errorf("%w: %s/%d: next source offset %d is beyond the source end %d", ErrDestinationDiverged, p.topic, p.p, p.next, fp.HighWatermark)
+}
+
+// copyBatch writes one source batch to D at the destination end, recording
+// a new offset map segment first when the offset delta changes.
+func (r *Replicator) copyBatch(ctx context.Context, p *partState, b batch) error {
+	if d := b.baseOffset - p.dstEnd; d != p.delta {
+		seg := Segment{Topic: p.topic, Partition: p.p, Dst: p.dstEnd, Src: b.baseOffset}
+		if err := r.writeSegment(ctx, seg); err != nil {
+			return err
+		}
+		r.mu.Lock()
+		m := r.maps[p.topic]
+		if m == nil {
+			m = OffsetMap{}
+			r.maps[p.topic] = m
+		}
+		m.add(seg)
+		p.delta = d
+		r.mu.Unlock()
+		r.metrics.mapped.WithLabelValues(p.topic, itoa(p.p)).Set(1)
+		r.log.Info("offset map segment", "topic", p.topic, "partition", p.p, "destination", seg.Dst, "source", seg.Src)
+	}
+	raw := rewriteBatch(b.raw, p.prod.id, p.prod.epoch, p.seq)
+	start := time.Now()
+	base, err := r.produce(ctx, p, raw)
+	if err != nil {
+		return err
+	}
+	r.metrics.produceLatency.WithLabelValues(p.topic).Observe(time.Since(start).Seconds())
+	if base != p.dstEnd {
+		return fmt.Errorf("%w: %s/%d: batch landed at %d, expected the destination end %d (another writer?)", ErrDestinationDiverged, p.topic, p.p, base, p.dstEnd)
+	}
+	r.mu.Lock()
+	p.dstEnd += int64(b.numRecords)
+	p.next = b.lastOffset() + 1
+	p.seq = nextSeq(p.seq, b.lastDelta+1)
+	r.mu.Unlock()
+	r.metrics.records.WithLabelValues(p.topic).Add(float64(b.numRecords))
+	r.metrics.bytes.WithLabelValues(p.topic).Add(float64(len(b.raw)))
+	r.metrics.batches.WithLabelValues(p.topic).Inc()
+	return nil
+}
+
+// writeSegment persists one offset map segment on D, acknowledged by all
+// replicas, before the batch it describes is written.
+func (r *Replicator) writeSegment(ctx context.Context, s Segment) error {
+	v, _ := json.Marshal(s)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.requestTimeout)
+	defer cancel()
+	if err := r.dst.ProduceSync(wctx, &kgo.Record{Topic: r.cfg.mapTopic, Partition: 0, Key: s.key(), Value: v}).FirstErr(); err != nil {
+		return fmt.Errorf("writing offset map segment: %w", err)
+	}
+	return nil
+}
+
+// produce writes one rewritten batch to D.T.p with acks=all and returns
+// the offset D gave it. Retries keep the producer id and sequence, so D
+// drops a duplicate of an attempt that was written but not answered. It
+// never abandons a request on the wire: ctx ending stops further retries
+// only.
+func (r *Replicator) produce(ctx context.Context, p *partState, raw []byte) (int64, error) {
+	req := kmsg.NewPtrProduceRequest()
+	req.Acks = -1
+	req.TimeoutMillis = int32(r.cfg.requestTimeout / time.Millisecond)
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = p.topic
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Partition = p.p
+	rp.Records = raw
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+
+	pctx := context.WithoutCancel(ctx)
+	backoff := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		base, err := r.produceOnce(pctx, p, req)
+		if err == nil {
+			return base, nil
+		}
+		retriable := kerr.IsRetriable(err) || !isKafkaErr(err)
+		if !retriable || ctx.Err() != nil || attempt >= 10 {
+			return 0, fmt.Errorf("produce to %s/%d: %w", p.topic, p.p, err)
+		}
+		p.dstLeader = -1
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("produce to %s/%d: %w", p.topic, p.p, err)
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, r.cfg.maxBackoff)
+	}
+}
+
+// produceOnce sends req to p's destination leader and waits for the answer.
+func (r *Replicator) produceOnce(ctx context.Context, p *partState, req *kmsg.ProduceRequest) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*r.cfg.requestTimeout)
+	defer cancel()
+	if p.dstLeader < 0 {
+		l, err := leader(ctx, r.dst, p.topic, p.p)
+		if err != nil {
+			return 0, fmt.Errorf("destination leader: %w", err)
+		}
+		p.dstLeader = l
+	}
+	kresp, err := r.dst.Broker(int(p.dstLeader)).Request(ctx, req)
+	if err != nil {
+		return 0, err
+	}
+	resp := kresp.(*kmsg.ProduceResponse)
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		return 0, fmt.Errorf("produce: response without the partition")
+	}
+	pp := resp.Topics[0].Partitions[0]
+	if err := kerr.ErrorForCode(pp.ErrorCode); err != nil {
+		return 0, err
+	}
+	return pp.BaseOffset, nil
+}
+
+func isKafkaErr(err error) bool {
+	var ke *kerr.Error
+	return errors.As(err, &ke)
+}
+
+// errKind labels an error for metrics.
+func errKind(err error) string {
+	switch {
+	case errors.Is(err, ErrSourceTopicMissing):
+		return "source_topic_missing"
+	case errors.Is(err, ErrDestinationDiverged):
+		return "destination_diverged"
+	case errors.Is(err, ErrUnsupported):
+		return "unsupported"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	}
+	var ke *kerr.Error
+	if errors.As(err, &ke) {
+		return ke.Message
+	}
+	return "other"
+}

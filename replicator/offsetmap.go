@@ -1,0 +1,155 @@
+package replicator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// DefaultOffsetMapTopic is the compacted topic on D holding offset maps.
+const DefaultOffsetMapTopic = "__baton_offset_map"
+
+// Segment is one piece of a partition's offset map: from destination
+// offset Dst on (until the next segment), destination offset d holds the
+// source record at Src + (d - Dst). A partition with no segment, or whose
+// only segment has Src == Dst == 0, has exact offset parity.
+type Segment struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	Dst       int64  `json:"dst"`
+	Src       int64  `json:"src"`
+}
+
+func (s Segment) key() []byte {
+	return []byte(s.Topic + "/" + strconv.Itoa(int(s.Partition)) + "/" + strconv.FormatInt(s.Dst, 10))
+}
+
+// OffsetMap is the offset map of one topic: per partition, segments sorted
+// by destination offset.
+type OffsetMap map[int32][]Segment
+
+// Exact reports whether partition p has exact offset parity.
+func (m OffsetMap) Exact(p int32) bool {
+	for _, s := range m[p] {
+		if s.Src != s.Dst {
+			return false
+		}
+	}
+	return true
+}
+
+// ToSource translates destination offset dst of partition p to the source.
+func (m OffsetMap) ToSource(p int32, dst int64) int64 {
+	return dst + m.delta(p, dst)
+}
+
+// ToDestination translates source offset src of partition p to the
+// destination offset that holds it (or the next record after it, for a
+// source offset that was skipped: a marker or aborted data).
+func (m OffsetMap) ToDestination(p int32, src int64) int64 {
+	segs := m[p]
+	for i := len(segs) - 1; i >= 0; i-- {
+		if segs[i].Src <= src {
+			d := segs[i].Dst + (src - segs[i].Src)
+			if i+1 < len(segs) && d > segs[i+1].Dst {
+				d = segs[i+1].Dst // src fell in a skipped range
+			}
+			return d
+		}
+	}
+	return src
+}
+
+// delta returns src - dst in force at destination offset dst.
+func (m OffsetMap) delta(p int32, dst int64) int64 {
+	segs := m[p]
+	i := sort.Search(len(segs), func(i int) bool { return segs[i].Dst > dst })
+	if i == 0 {
+		return 0
+	}
+	return segs[i-1].Src - segs[i-1].Dst
+}
+
+func (m OffsetMap) add(s Segment) {
+	segs := m[s.Partition]
+	i := sort.Search(len(segs), func(i int) bool { return segs[i].Dst >= s.Dst })
+	if i < len(segs) && segs[i].Dst == s.Dst {
+		segs[i] = s // a later write for the same destination offset wins
+	} else {
+		segs = append(segs, Segment{})
+		copy(segs[i+1:], segs[i:])
+		segs[i] = s
+	}
+	m[s.Partition] = segs
+}
+
+// ensureMapTopic creates the offset map topic on D if it is missing.
+func ensureMapTopic(ctx context.Context, adm *kadm.Client, topic string) error {
+	cleanup := "compact"
+	resp, err := adm.CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": &cleanup}, topic)
+	if err != nil && !strings.Contains(err.Error(), "TOPIC_ALREADY_EXISTS") {
+		return fmt.Errorf("creating offset map topic %s: %w", topic, err)
+	}
+	if resp.Err != nil && !strings.Contains(resp.Err.Error(), "TOPIC_ALREADY_EXISTS") {
+		return fmt.Errorf("creating offset map topic %s: %w", topic, resp.Err)
+	}
+	return nil
+}
+
+// LoadOffsetMaps reads every segment of the offset map topic mapTopic on the
+// cluster at seeds, by topic. A missing map topic is an empty map.
+// opts add client options (TLS, SASL).
+func LoadOffsetMaps(ctx context.Context, seeds []string, mapTopic string, opts ...kgo.Opt) (map[string]OffsetMap, error) {
+	rd, err := kgo.NewClient(append([]kgo.Opt{
+		kgo.SeedBrokers(seeds...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{mapTopic: {0: kgo.NewOffset().AtStart()}}),
+	}, opts...)...)
+	if err != nil {
+		return nil, err
+	}
+	defer rd.Close()
+	ends, err := kadm.NewClient(rd).ListEndOffsets(ctx, mapTopic)
+	if err != nil {
+		return nil, fmt.Errorf("offset map %s: %w", mapTopic, err)
+	}
+	out := map[string]OffsetMap{}
+	end, ok := ends.Lookup(mapTopic, 0)
+	if !ok || end.Err != nil || end.Offset == 0 {
+		return out, nil // missing topic or empty
+	}
+	for {
+		fs := rd.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		var ferr error
+		done := false
+		fs.EachError(func(_ string, _ int32, err error) { ferr = err })
+		if ferr != nil {
+			return nil, fmt.Errorf("reading offset map %s: %w", mapTopic, ferr)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			var s Segment
+			if json.Unmarshal(r.Value, &s) == nil {
+				m := out[s.Topic]
+				if m == nil {
+					m = OffsetMap{}
+					out[s.Topic] = m
+				}
+				m.add(s)
+			}
+			if r.Offset+1 >= end.Offset {
+				done = true
+			}
+		})
+		if done {
+			return out, nil
+		}
+	}
+}

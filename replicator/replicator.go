@@ -1,0 +1,566 @@
+package replicator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kversion"
+)
+
+// Defaults of the options below.
+const (
+	DefaultWorkers        = 4
+	DefaultFetchMaxBytes  = 4 << 20
+	DefaultSampleInterval = 250 * time.Millisecond
+	DefaultRequestTimeout = 30 * time.Second
+	DefaultMaxBackoff     = 5 * time.Second
+)
+
+// Errors. Per-partition errors are reported in Status and wrap these.
+var (
+	// ErrBadConfig names the option at fault.
+	ErrBadConfig = errors.New("replicator: bad config")
+	// ErrUnknownTopic is returned for a topic the replicator does not manage.
+	ErrUnknownTopic = errors.New("replicator: topic not managed")
+	// ErrSourceTopicMissing is reported for a managed topic that S does not
+	// have (never created, or deleted while replicating). D is left alone.
+	ErrSourceTopicMissing = errors.New("replicator: topic missing on source")
+	// ErrDestinationDiverged is reported when D.T.p holds records the
+	// replicator did not put there, or fewer partitions do not line up.
+	ErrDestinationDiverged = errors.New("replicator: destination diverged")
+	// ErrUnsupported is reported for source data the replicator cannot copy
+	// exactly (pre-v2 batches, batches with compacted-away records inside).
+	ErrUnsupported = errors.New("replicator: unsupported source data")
+	// ErrSourceDataLost is reported when S deleted records (retention)
+	// before they were copied: the offset map records the gap.
+	ErrSourceDataLost = errors.New("replicator: source records deleted before they were copied")
+)
+
+// Opt configures a Replicator.
+type Opt interface{ apply(*config) }
+
+type optFunc func(*config)
+
+func (f optFunc) apply(c *config) { f(c) }
+
+type config struct {
+	source, destination []string
+	topics              []string
+	workers             int
+	fetchMaxBytes       int32
+	sampleInterval      time.Duration
+	requestTimeout      time.Duration
+	maxBackoff          time.Duration
+	mapTopic            string
+	now                 func() time.Time
+	log                 *slog.Logger
+	registry            prometheus.Registerer
+	srcOpts, dstOpts    []kgo.Opt
+}
+
+// Source sets the source cluster's bootstrap brokers. Required.
+func Source(bootstrap ...string) Opt { return optFunc(func(c *config) { c.source = bootstrap }) }
+
+// Destination sets the destination cluster's bootstrap brokers. Required.
+func Destination(bootstrap ...string) Opt {
+	return optFunc(func(c *config) { c.destination = bootstrap })
+}
+
+// Topics sets the topics replicated from the start, overriding none. Start
+// adds more later.
+func Topics(t ...string) Opt { return optFunc(func(c *config) { c.topics = t }) }
+
+// Workers sets how many partitions are copied at once, overriding 4. Which
+// partitions go first is Schedule's decision.
+func Workers(n int) Opt { return optFunc(func(c *config) { c.workers = n }) }
+
+// FetchMaxBytes bounds one fetch from S (and so one copy step of a
+// partition), overriding 4 MiB.
+func FetchMaxBytes(n int32) Opt { return optFunc(func(c *config) { c.fetchMaxBytes = n }) }
+
+// SampleInterval sets how often source end offsets are sampled for the lag,
+// overriding 250 ms. It is the lag's resolution.
+func SampleInterval(d time.Duration) Opt { return optFunc(func(c *config) { c.sampleInterval = d }) }
+
+// RequestTimeout bounds one request to either cluster, overriding 30 s.
+func RequestTimeout(d time.Duration) Opt { return optFunc(func(c *config) { c.requestTimeout = d }) }
+
+// MaxBackoff caps the backoff between retries of a failing partition,
+// overriding 5 s (backoff starts at 100 ms and doubles).
+func MaxBackoff(d time.Duration) Opt { return optFunc(func(c *config) { c.maxBackoff = d }) }
+
+// OffsetMapTopic names the compacted topic on D that holds offset maps,
+// overriding "__baton_offset_map".
+func OffsetMapTopic(t string) Opt { return optFunc(func(c *config) { c.mapTopic = t }) }
+
+// Clock sets the time source of lag samples, overriding time.Now.
+func Clock(now func() time.Time) Opt { return optFunc(func(c *config) { c.now = now }) }
+
+// Logger sets the logger, overriding slog.Default().
+func Logger(l *slog.Logger) Opt { return optFunc(func(c *config) { c.log = l }) }
+
+// Registry sets where metrics register, overriding a new private registry.
+func Registry(r prometheus.Registerer) Opt { return optFunc(func(c *config) { c.registry = r }) }
+
+// SourceClientOpts adds franz-go options (TLS, SASL) to the source client.
+func SourceClientOpts(o ...kgo.Opt) Opt {
+	return optFunc(func(c *config) { c.srcOpts = append(c.srcOpts, o...) })
+}
+
+// DestinationClientOpts adds franz-go options (TLS, SASL) to the
+// destination client.
+func DestinationClientOpts(o ...kgo.Opt) Opt {
+	return optFunc(func(c *config) { c.dstOpts = append(c.dstOpts, o...) })
+}
+
+// Replicator copies topics from S to D. Create it with New, run it with
+// Run; Start, Stop, Pause, Resume, SetMigrating, Lag and Status may be
+// called from any goroutine, before or while it runs.
+type Replicator struct {
+	cfg     config
+	log     *slog.Logger
+	now     func() time.Time
+	metrics *metrics
+
+	src, dst       *kgo.Client
+	srcAdm, dstAdm *kadm.Client
+
+	mu      sync.Mutex
+	topics  map[string]*topicState
+	maps    map[string]OffsetMap // by topic; loaded by Run
+	changed chan struct{}        // closed and replaced on every state change
+	running bool
+	pid     producerID // the run's shared producer id, zero before InitProducerId
+	order   string     // last schedule, for the debug log
+}
+
+type producerID struct {
+	id    int64
+	epoch int16
+}
+
+type topicState struct {
+	name      string
+	migrating bool
+	paused    bool
+	stopping  bool
+	ready     bool // D.T exists with S.T's partitions
+	err       error
+	parts     map[int32]*partState
+}
+
+type partState struct {
+	topic string
+	p     int32
+
+	busy     bool
+	inited   bool
+	usedPID  bool // this partition has written with the shared producer id
+	next     int64
+	dstEnd   int64
+	delta    int64 // src - dst in force for the next batch
+	prod     producerID
+	seq      int32
+	lag      lagClock
+	err      error
+	failures int
+	retryAt  time.Time
+	lost     int64 // source records deleted before they were copied
+
+	srcLeader, dstLeader int32
+}
+
+// New validates the options. Run connects and copies.
+func New(opts ...Opt) (*Replicator, error) {
+	cfg := config{
+		workers:        DefaultWorkers,
+		fetchMaxBytes:  DefaultFetchMaxBytes,
+		sampleInterval: DefaultSampleInterval,
+		requestTimeout: DefaultRequestTimeout,
+		maxBackoff:     DefaultMaxBackoff,
+		mapTopic:       DefaultOffsetMapTopic,
+		now:            time.Now,
+	}
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	switch {
+	case len(cfg.source) == 0:
+		return nil, fmt.Errorf("%w: source brokers are required", ErrBadConfig)
+	case len(cfg.destination) == 0:
+		return nil, fmt.Errorf("%w: destination brokers are required", ErrBadConfig)
+	case cfg.workers < 1:
+		return nil, fmt.Errorf("%w: workers must be at least 1, got %d", ErrBadConfig, cfg.workers)
+	case cfg.fetchMaxBytes < 1<<10:
+		return nil, fmt.Errorf("%w: fetch max bytes must be at least 1 KiB, got %d", ErrBadConfig, cfg.fetchMaxBytes)
+	case cfg.sampleInterval <= 0:
+		return nil, fmt.Errorf("%w: sample interval must be positive, got %v", ErrBadConfig, cfg.sampleInterval)
+	case cfg.requestTimeout <= 0:
+		return nil, fmt.Errorf("%w: request timeout must be positive, got %v", ErrBadConfig, cfg.requestTimeout)
+	case cfg.maxBackoff <= 0:
+		return nil, fmt.Errorf("%w: max backoff must be positive, got %v", ErrBadConfig, cfg.maxBackoff)
+	case cfg.mapTopic == "":
+		return nil, fmt.Errorf("%w: offset map topic is required", ErrBadConfig)
+	}
+	if cfg.log == nil {
+		cfg.log = slog.Default()
+	}
+	if cfg.registry == nil {
+		cfg.registry = prometheus.NewRegistry()
+	}
+	m, err := newMetrics(cfg.registry)
+	if err != nil {
+		return nil, err
+	}
+	r := &Replicator{
+		cfg: cfg, log: cfg.log.With("component", "replicator"), now: cfg.now, metrics: m,
+		topics: map[string]*topicState{}, changed: make(chan struct{}),
+	}
+	for _, t := range cfg.topics {
+		r.Start(t)
+	}
+	return r, nil
+}
+
+// clientVersions caps Fetch and Produce at v12: v13 names topics by id,
+// which differ between clusters.
+func clientVersions() *kversion.Versions {
+	v := kversion.Stable()
+	v.SetMaxKeyVersion(0, 12) // Produce
+	v.SetMaxKeyVersion(1, 12) // Fetch
+	return v
+}
+
+// Run connects to both clusters and copies until ctx ends. It returns after
+// every produce in flight to D has been answered (or has timed out), so a
+// later Run resumes from what D holds with no duplicate.
+func (r *Replicator) Run(ctx context.Context) error {
+	r.mu.Lock()
+	if r.running {
+		r.mu.Unlock()
+		return fmt.Errorf("%w: Run called twice", ErrBadConfig)
+	}
+	r.running = true
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.running = false
+		r.pid = producerID{}
+		for _, t := range r.topics {
+			t.ready = false
+			for _, p := range t.parts {
+				p.inited, p.busy, p.usedPID, p.srcLeader, p.dstLeader = false, false, false, -1, -1
+			}
+		}
+		r.notifyLocked()
+		r.mu.Unlock()
+	}()
+
+	common := []kgo.Opt{kgo.MaxVersions(clientVersions()),
+		kgo.RequestTimeoutOverhead(r.cfg.requestTimeout), kgo.WithLogger(nil)}
+	var err error
+	if r.src, err = kgo.NewClient(append(append([]kgo.Opt{kgo.SeedBrokers(r.cfg.source...)}, common...), r.cfg.srcOpts...)...); err != nil {
+		return fmt.Errorf("replicator: source client: %w", err)
+	}
+	defer r.src.Close()
+	if r.dst, err = kgo.NewClient(append(append([]kgo.Opt{kgo.SeedBrokers(r.cfg.destination...)}, common...), r.cfg.dstOpts...)...); err != nil {
+		return fmt.Errorf("replicator: destination client: %w", err)
+	}
+	defer r.dst.Close()
+	r.srcAdm, r.dstAdm = kadm.NewClient(r.src), kadm.NewClient(r.dst)
+
+	if err := r.loadMaps(ctx); err != nil {
+		return err
+	}
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); r.sampler(ctx) }()
+	for range r.cfg.workers {
+		wg.Add(1)
+		go func() { defer wg.Done(); r.worker(ctx) }()
+	}
+	wg.Wait()
+	return nil
+}
+
+// loadMaps creates the offset map topic if needed and reads it, retrying
+// until ctx ends.
+func (r *Replicator) loadMaps(ctx context.Context) error {
+	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, r.cfg.maxBackoff) {
+		err := ensureMapTopic(ctx, r.dstAdm, r.cfg.mapTopic)
+		var maps map[string]OffsetMap
+		if err == nil {
+			maps, err = LoadOffsetMaps(ctx, r.cfg.destination, r.cfg.mapTopic, r.cfg.dstOpts...)
+		}
+		if err == nil {
+			r.mu.Lock()
+			r.maps = maps
+			r.mu.Unlock()
+			return nil
+		}
+		r.log.Warn("loading offset maps from the destination", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+	}
+}
+
+// notifyLocked wakes everyone waiting for a state change. r.mu is held.
+func (r *Replicator) notifyLocked() {
+	close(r.changed)
+	r.changed = make(chan struct{})
+}
+
+// Start adds topic to the replicated set (a no-op if it is there, except
+// that a paused topic resumes).
+func (r *Replicator) Start(topic string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t, ok := r.topics[topic]; ok && !t.stopping {
+		t.paused = false
+		r.notifyLocked()
+		return
+	}
+	r.topics[topic] = &topicState{name: topic, parts: map[int32]*partState{}}
+	r.notifyLocked()
+}
+
+// SetMigrating marks topic as being cut over, which puts it first in the
+// copy order.
+func (r *Replicator) SetMigrating(topic string, migrating bool) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, ok := r.topics[topic]
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrUnknownTopic, topic)
+	}
+	t.migrating = migrating
+	r.notifyLocked()
+	return nil
+}
+
+// Pause stops copying topic after the copy steps in flight; its lag keeps
+// being measured. Resume (or Start) continues.
+func (r *Replicator) Pause(topic string) error { return r.setPaused(topic, true) }
+
+// Resume continues copying a paused topic.
+func (r *Replicator) Resume(topic string) error { return r.setPaused(topic, false) }
+
+func (r *Replicator) setPaused(topic string, paused bool) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, ok := r.topics[topic]
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrUnknownTopic, topic)
+	}
+	t.paused = paused
+	r.notifyLocked()
+	return nil
+}
+
+// Stop removes topic from the replicated set. It returns once no copy step
+// of the topic is in flight, that is after the last produce to D was
+// acknowledged (or failed), with each partition's final state: Next is the
+// first source offset not copied, DestinationEnd D's end offset.
+func (r *Replicator) Stop(ctx context.Context, topic string) ([]PartitionStatus, error) {
+	r.mu.Lock()
+	t, ok := r.topics[topic]
+	if !ok {
+		r.mu.Unlock()
+		return nil, fmt.Errorf("%w: %s", ErrUnknownTopic, topic)
+	}
+	t.stopping = true
+	r.notifyLocked()
+	for {
+		busy := false
+		for _, p := range t.parts {
+			busy = busy || p.busy
+		}
+		if !busy {
+			break
+		}
+		ch := r.changed
+		r.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			r.mu.Lock()
+			t.stopping = false
+			r.notifyLocked()
+			r.mu.Unlock()
+			return nil, ctx.Err()
+		case <-ch:
+		}
+		r.mu.Lock()
+	}
+	st := r.topicStatusLocked(t)
+	delete(r.topics, topic)
+	r.metrics.forget(topic, t.parts)
+	r.notifyLocked()
+	r.mu.Unlock()
+	return st.Partitions, nil
+}
+
+// worker copies one partition step at a time, in Schedule's order.
+func (r *Replicator) worker(ctx context.Context) {
+	for {
+		p, wait := r.pick()
+		if p == nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-wait:
+			case <-time.After(r.cfg.sampleInterval):
+			}
+			continue
+		}
+		err := r.step(ctx, p)
+		r.mu.Lock()
+		p.busy = false
+		if err != nil && ctx.Err() == nil {
+			p.failures++
+			backoff := min(r.cfg.maxBackoff, 100*time.Millisecond<<min(p.failures-1, 10))
+			p.retryAt = time.Now().Add(backoff)
+			if !errors.Is(err, p.err) {
+				r.log.Warn("copy step failed", "topic", p.topic, "partition", p.p, "err", err, "retry_in", backoff)
+			}
+			p.err = err
+			r.metrics.errors.WithLabelValues(p.topic, errKind(err)).Inc()
+		} else if err == nil {
+			p.failures, p.err = 0, nil
+		}
+		r.notifyLocked()
+		r.mu.Unlock()
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// pick chooses the next partition to copy and marks it busy, or returns a
+// channel that is closed when the state changes.
+func (r *Replicator) pick() (*partState, <-chan struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	wall := time.Now()
+	var cands []Candidate
+	byKey := map[Candidate]*partState{}
+	for _, t := range r.topics {
+		if !t.ready || t.paused || t.stopping {
+			continue
+		}
+		for _, p := range t.parts {
+			if p.busy || wall.Before(p.retryAt) {
+				continue
+			}
+			if p.inited && p.lag.end() <= p.next {
+				continue // caught up as far as the samples show
+			}
+			c := Candidate{Topic: t.name, Partition: p.p, Lag: p.lag.lag(now, p.next), Migrating: t.migrating}
+			cands = append(cands, c)
+			byKey[c] = p
+		}
+	}
+	if len(cands) == 0 {
+		return nil, r.changed
+	}
+	order := Schedule(cands)
+	if r.log.Enabled(context.Background(), slog.LevelDebug) {
+		s := fmt.Sprint(order)
+		if s != r.order {
+			r.order = s
+			r.log.Debug("schedule", "order", s)
+		}
+	}
+	p := byKey[order[0]]
+	p.busy = true
+	return p, nil
+}
+
+// sampler samples source end offsets of every topic, sets up topics not yet
+// ready and keeps lag gauges current.
+func (r *Replicator) sampler(ctx context.Context) {
+	tick := time.NewTicker(r.cfg.sampleInterval)
+	defer tick.Stop()
+	for {
+		r.sampleOnce(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func (r *Replicator) sampleOnce(ctx context.Context) {
+	r.mu.Lock()
+	var names []string
+	for name := range r.topics {
+		names = append(names, name)
+	}
+	r.mu.Unlock()
+	if len(names) == 0 {
+		return
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		r.mu.Lock()
+		t, ok := r.topics[name]
+		ready := ok && t.ready
+		r.mu.Unlock()
+		if ok && !ready {
+			err := r.setupTopic(ctx, name)
+			r.mu.Lock()
+			if t2, ok := r.topics[name]; ok && t2 == t {
+				t.err = err
+				if err != nil {
+					r.log.Warn("topic setup failed", "topic", name, "err", err)
+					r.metrics.errors.WithLabelValues(name, errKind(err)).Inc()
+				}
+			}
+			r.mu.Unlock()
+		}
+	}
+	sctx, cancel := context.WithTimeout(ctx, r.cfg.requestTimeout)
+	ends, err := r.srcAdm.ListCommittedOffsets(sctx, names...)
+	cancel()
+	at := r.now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err == nil {
+		ends.Each(func(o kadm.ListedOffset) {
+			t, ok := r.topics[o.Topic]
+			if !ok || o.Err != nil {
+				return
+			}
+			if p, ok := t.parts[o.Partition]; ok {
+				p.lag.observe(at, o.Offset)
+			} else if t.ready {
+				t.ready = false // a partition was added on S: set up again
+			}
+		})
+	} else if ctx.Err() == nil {
+		r.log.Warn("sampling source end offsets", "err", err)
+	}
+	for _, t := range r.topics {
+		var topicLag time.Duration
+		for _, p := range t.parts {
+			l := p.lag.lag(at, p.next)
+			topicLag = max(topicLag, l)
+			r.metrics.lag.WithLabelValues(t.name, itoa(p.p)).Set(l.Seconds())
+		}
+		r.metrics.topicLag.WithLabelValues(t.name).Set(topicLag.Seconds())
+	}
+	r.notifyLocked()
+}
