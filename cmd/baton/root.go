@@ -17,6 +17,7 @@ cluster with zero downtime, one topic at a time. See README.md and docs/.`,
 		SilenceErrors: true,
 		Version:       version,
 	}
-	root.AddCommand(newAgentCmd(), newDevCmd(), newDemoCmd(), newReplicatorCmd(), newVerifyCmd())
+	root.AddCommand(newAgentCmd(), newDevCmd(), newDemoCmd(), newReplicatorCmd(), newVerifyCmd(),
+		newControlPlaneCmd(), newTopicCmd(), newEventsCmd(), newAgentsCmd())
 	return root
 }

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/grpc"
+
+	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/replicator"
+)
+
+func newControlPlaneCmd() *cobra.Command {
+	var (
+		source, destination, grpcAddr, httpAddr, dataDir, endpoints, logLevel string
+		lease, forward, timeout                                               time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "controlplane",
+		Short: "Run the control plane: xDS, leases, cutovers, event log, HTTP API",
+		Long: `Run the control plane. It serves TopicRoute and Cluster resources over xDS
+(ADS) and the Lease service on --grpc, the HTTP API the CLI speaks on --http,
+keeps its state in etcd (embedded in --data-dir unless --etcd-endpoints names
+an external cluster), and replicates managed topics from --source to
+--destination in process.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			log, err := newLogger(logLevel)
+			if err != nil {
+				return err
+			}
+			var store *controlplane.EtcdStore
+			if endpoints != "" {
+				store, err = controlplane.OpenEtcd(ctx, splitList(endpoints))
+			} else {
+				if err := os.MkdirAll(dataDir, 0o700); err != nil {
+					return fmt.Errorf("--data-dir: %w", err)
+				}
+				store, err = controlplane.OpenEmbedded(ctx, dataDir)
+			}
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			r, err := replicator.New(replicator.Source(splitList(source)...),
+				replicator.Destination(splitList(destination)...), replicator.Logger(log))
+			if err != nil {
+				return err
+			}
+			scl, err := kgo.NewClient(kgo.SeedBrokers(splitList(source)...))
+			if err != nil {
+				return err
+			}
+			defer scl.Close()
+			cp, err := controlplane.New(ctx, controlplane.WithStore(store), controlplane.Logger(log),
+				controlplane.WithReplication(&controlplane.ReplicatorAdapter{R: r, Source: kadm.NewClient(scl)}),
+				controlplane.LeaseDuration(lease), controlplane.ForwardDeadline(forward), controlplane.CutoverTimeout(timeout),
+				controlplane.Clusters(&batonv1.Cluster{Name: "source", Bootstrap: splitList(source)},
+					&batonv1.Cluster{Name: "destination", Bootstrap: splitList(destination)}))
+			if err != nil {
+				return err
+			}
+			gln, err := net.Listen("tcp", grpcAddr)
+			if err != nil {
+				return fmt.Errorf("--grpc: %w", err)
+			}
+			hln, err := net.Listen("tcp", httpAddr)
+			if err != nil {
+				return fmt.Errorf("--http: %w", err)
+			}
+			g := grpc.NewServer()
+			cp.Register(g)
+			hs := &http.Server{Handler: cp.Handler(), ReadHeaderTimeout: 5 * time.Second}
+			go func() { _ = g.Serve(gln) }()
+			go func() { _ = hs.Serve(hln) }()
+			go func() { _ = r.Run(ctx) }()
+			log.Info("control plane up", "grpc", gln.Addr().String(), "http", "http://"+hln.Addr().String())
+			err = cp.Run(ctx)
+			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = hs.Shutdown(sctx)
+			g.Stop()
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&source, "source", "", "source cluster bootstrap brokers, comma-separated (required)")
+	f.StringVar(&destination, "destination", "", "destination cluster bootstrap brokers, comma-separated (required)")
+	f.StringVar(&grpcAddr, "grpc", "127.0.0.1:18000", "address of xDS (ADS) and the Lease service")
+	f.StringVar(&httpAddr, "http", "127.0.0.1:18080", "address of the HTTP API")
+	f.StringVar(&dataDir, "data-dir", "baton-etcd", "embedded etcd data directory")
+	f.StringVar(&endpoints, "etcd-endpoints", "", "external etcd endpoints, comma-separated (instead of the embedded one)")
+	f.DurationVar(&lease, "lease", controlplane.DefaultLease, "agents' lease")
+	f.DurationVar(&forward, "forward-deadline", controlplane.DefaultForwardDeadline, "forward deadline F (below the lease)")
+	f.DurationVar(&timeout, "cutover-timeout", controlplane.DefaultCutoverTimeout, "bound of every cutover wait; gate: lag <= timeout/4")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	_ = cmd.MarkFlagRequired("source")
+	_ = cmd.MarkFlagRequired("destination")
+	return cmd
+}
+
+// apiFlags adds --server and -o to an operator command.
+func apiFlags(cmd *cobra.Command, server, output *string) {
+	cmd.PersistentFlags().StringVar(server, "server", "http://127.0.0.1:18080", "control plane HTTP API")
+	cmd.PersistentFlags().StringVarP(output, "output", "o", "text", "text or json")
+}
+
+func checkOutput(o string) error {
+	if o != "text" && o != "json" {
+		return errors.New(`-o: want "text" or "json"`)
+	}
+	return nil
+}

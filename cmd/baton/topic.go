@@ -1,0 +1,223 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/xds"
+)
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.Local().Format("15:04:05.000")
+}
+
+func newTopicCmd() *cobra.Command {
+	var server, output, actor string
+	cmd := &cobra.Command{Use: "topic", Short: "Manage topics on a running control plane (add, list, status, migrate, abort)"}
+	apiFlags(cmd, &server, &output)
+	cmd.PersistentFlags().StringVar(&actor, "actor", "cli", "who is acting, for the event log")
+	api := func() *controlplane.APIClient { return &controlplane.APIClient{Base: server} }
+
+	printTopics := func(cmd *cobra.Command, ts []controlplane.Topic) error {
+		if output == "json" {
+			return printJSON(cmd.OutOrStdout(), ts)
+		}
+		w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "TOPIC\tSTATE\tVERSION\tMODE\tATTEMPTS\tSOURCE\tDESTINATION")
+		for _, t := range ts {
+			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%d\t%s\t%s\n", t.Name, t.State, t.Version, t.Mode, t.Attempts, t.Source, t.Destination)
+		}
+		return w.Flush()
+	}
+
+	var state, mode, namespaces string
+	var holdMax time.Duration
+	add := &cobra.Command{
+		Use: "add TOPIC", Short: "Start managing a topic (REJECT or PROXY)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			st, err := controlplane.ParseState(state)
+			if err != nil {
+				return fmt.Errorf("--state: %w", err)
+			}
+			t, err := api().Add(cmd.Context(), controlplane.TopicSpec{Name: args[0], State: st, Mode: mode, HoldMax: holdMax,
+				Target: xds.Target{Namespaces: splitList(namespaces)}}, actor)
+			if err != nil {
+				return err
+			}
+			return printTopics(cmd, []controlplane.Topic{t})
+		},
+	}
+	add.Flags().StringVar(&state, "state", "PROXY", "REJECT or PROXY")
+	add.Flags().StringVar(&mode, "mode", "hold", "MIGRATING mode: hold or retriable")
+	add.Flags().DurationVar(&holdMax, "hold-max", controlplane.DefaultHoldMax, "longest hold of a produce request")
+	add.Flags().StringVar(&namespaces, "namespaces", "", "namespaces that get shadow features (empty: all)")
+
+	list := &cobra.Command{
+		Use: "list", Short: "List managed topics", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			ts, err := api().Topics(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return printTopics(cmd, ts)
+		},
+	}
+	status := &cobra.Command{
+		Use: "status TOPIC", Short: "Show a topic, its time lag and any running cutover", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			st, err := api().Status(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				return printJSON(cmd.OutOrStdout(), st)
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "topic:     %s\nstate:     %s (version %d, %d cutover attempts)\nroute:     %s -> %s, mode %s\n",
+				st.Name, st.State, st.Version, st.Attempts, st.Source, st.Destination, st.Mode)
+			if st.LagError != "" {
+				fmt.Fprintf(out, "time lag:  unknown (%s)\n", st.LagError)
+			} else {
+				fmt.Fprintf(out, "time lag:  %v\n", st.Lag)
+			}
+			if c := st.Cutover; c != nil {
+				fmt.Fprintf(out, "cutover:   attempt %d by %s, step %s, started %s, deadline %s\n",
+					c.Attempt, c.Actor, c.Step, fmtTime(c.StartedAt), fmtTime(c.Deadline))
+			}
+			return nil
+		},
+	}
+	op := func(name, short string) *cobra.Command {
+		var reason string
+		c := &cobra.Command{
+			Use: name + " TOPIC", Short: short, Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				if err := checkOutput(output); err != nil {
+					return err
+				}
+				t, err := api().Op(cmd.Context(), args[0], name, actor, reason, "")
+				if err != nil {
+					return err
+				}
+				return printTopics(cmd, []controlplane.Topic{t})
+			},
+		}
+		if name == "abort" {
+			c.Flags().StringVar(&reason, "reason", "", "why, for the event log")
+		}
+		return c
+	}
+	cmd.AddCommand(add, list, status,
+		op("migrate", "Start a cutover (PROXY -> MIGRATING -> COMPLETE); follow it with `baton events --follow`"),
+		op("abort", "Abort a running cutover: back to PROXY"))
+	return cmd
+}
+
+func newEventsCmd() *cobra.Command {
+	var server, output, topic string
+	var follow bool
+	cmd := &cobra.Command{
+		Use: "events", Short: "Print the audit event log of a running control plane", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			enc := json.NewEncoder(out)
+			return (&controlplane.APIClient{Base: server}).Events(cmd.Context(), topic, follow, func(e controlplane.Event) error {
+				if output == "json" {
+					return enc.Encode(e)
+				}
+				var b strings.Builder
+				fmt.Fprintf(&b, "%s #%d %-10s %-22s", fmtTime(e.Time), e.Seq, e.Topic, e.Kind)
+				if e.From != "" || e.To != "" {
+					fmt.Fprintf(&b, " %s->%s", e.From, e.To)
+				}
+				if e.Attempt > 0 {
+					fmt.Fprintf(&b, " attempt=%d", e.Attempt)
+				}
+				if e.Agent != "" {
+					fmt.Fprintf(&b, " agent=%s", e.Agent)
+				}
+				fmt.Fprintf(&b, " actor=%s", e.Actor)
+				if e.Reason != "" {
+					fmt.Fprintf(&b, ": %s", e.Reason)
+				}
+				_, err := fmt.Fprintln(out, b.String())
+				return err
+			})
+		},
+	}
+	apiFlags(cmd, &server, &output)
+	cmd.Flags().StringVar(&topic, "topic", "", "only this topic's events")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new events")
+	return cmd
+}
+
+func newAgentsCmd() *cobra.Command {
+	var server, output string
+	cmd := &cobra.Command{
+		Use: "agents", Short: "List agents: node, namespace, acked version, lease, last heartbeat, xDS", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			as, err := (&controlplane.APIClient{Base: server}).Agents(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				return printJSON(cmd.OutOrStdout(), as)
+			}
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "NODE\tNAMESPACE\tWORKLOAD\tACKED\tLEASE\tEXPIRES\tLAST HEARTBEAT\tXDS\tLAST NACK")
+			for _, a := range as {
+				lease := "expired"
+				if a.LeaseValid {
+					lease = "valid"
+				}
+				if a.Refused != "" {
+					lease = "refused"
+				}
+				xs := "disconnected"
+				if a.XDS.Connected {
+					xs = fmt.Sprintf("connected (acked %d)", a.XDS.AckedVersion)
+				}
+				nack := "-"
+				if n := a.XDS.LastNack; n != nil {
+					nack = fmt.Sprintf("v%s: %s", n.Version, n.Error)
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", a.Node, a.Namespace, a.Workload, a.AckedVersion,
+					lease, fmtTime(a.ExpiresAt), fmtTime(a.LastHeartbeat), xs, nack)
+			}
+			return w.Flush()
+		},
+	}
+	apiFlags(cmd, &server, &output)
+	return cmd
+}

@@ -1,0 +1,541 @@
+package controlplane
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/xds"
+)
+
+// Defaults of the options below (DESIGN section 5).
+const (
+	DefaultLease           = 5 * time.Second
+	DefaultForwardDeadline = 2 * time.Second
+	DefaultCutoverTimeout  = 10 * time.Second
+	DefaultHoldMax         = 5 * time.Second
+	DefaultPollInterval    = 25 * time.Millisecond
+	// ActorControlPlane is the actor of events the control plane decides.
+	ActorControlPlane = "controlplane"
+)
+
+// Opt configures New.
+type Opt interface{ apply(*config) }
+
+type optFunc func(*config)
+
+func (f optFunc) apply(c *config) { f(c) }
+
+type config struct {
+	store        Store
+	xds          *xds.Server
+	repl         Replication
+	guard        WriteGuard
+	lease        time.Duration
+	forward      time.Duration
+	timeout      time.Duration
+	poll         time.Duration
+	source, dest *batonv1.Cluster
+	log          *slog.Logger
+	now          func() time.Time
+}
+
+// WithStore sets the state store (required).
+func WithStore(s Store) Opt { return optFunc(func(c *config) { c.store = s }) }
+
+// WithXDS sets the xDS server routes are published on (default: a new one,
+// see XDS).
+func WithXDS(s *xds.Server) Opt { return optFunc(func(c *config) { c.xds = s }) }
+
+// WithReplication sets the replicator driver (required).
+func WithReplication(r Replication) Opt { return optFunc(func(c *config) { c.repl = r }) }
+
+// WithGuard sets the destination write guard (default NoGuard).
+func WithGuard(g WriteGuard) Opt { return optFunc(func(c *config) { c.guard = g }) }
+
+// LeaseDuration sets the agents' lease (default 5 s).
+func LeaseDuration(d time.Duration) Opt { return optFunc(func(c *config) { c.lease = d }) }
+
+// ForwardDeadline sets F, pushed to agents and waited for silent agents
+// (default 2 s; must be below the lease).
+func ForwardDeadline(d time.Duration) Opt { return optFunc(func(c *config) { c.forward = d }) }
+
+// CutoverTimeout bounds every wait of a cutover (default 10 s); the gate
+// wants time lag <= timeout/4.
+func CutoverTimeout(d time.Duration) Opt { return optFunc(func(c *config) { c.timeout = d }) }
+
+// PollInterval is how often waits re-check the replicator (default 25 ms).
+func PollInterval(d time.Duration) Opt { return optFunc(func(c *config) { c.poll = d }) }
+
+// Clusters names the default source and destination clusters served as
+// Cluster resources (required).
+func Clusters(source, destination *batonv1.Cluster) Opt {
+	return optFunc(func(c *config) { c.source, c.dest = source, destination })
+}
+
+// Clock sets the clock (default time.Now).
+func Clock(now func() time.Time) Opt { return optFunc(func(c *config) { c.now = now }) }
+
+// Logger sets the logger (default slog.Default()).
+func Logger(l *slog.Logger) Opt { return optFunc(func(c *config) { c.log = l }) }
+
+// ControlPlane runs the state machine, leases and cutovers. Create it with
+// New; serve XDS() and LeaseServer() on gRPC and Handler() on HTTP; Run it.
+type ControlPlane struct {
+	batonv1.UnimplementedLeaseServer
+
+	cfg   config
+	log   *slog.Logger
+	now   func() time.Time
+	store Store
+
+	ctx    context.Context // cutover goroutines' lifetime
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	version uint64
+	topics  map[string]*Topic
+	agents  map[string]*Agent
+	dirty   map[string]bool
+	runs    map[string]*run
+	changed chan struct{}
+}
+
+type run struct {
+	cancel  context.CancelFunc
+	done    chan struct{}
+	aborted bool
+	actor   string
+	reason  string
+}
+
+// New loads the state from the store, rolls back any cutover a previous
+// process left in flight, restarts replication of managed topics and
+// publishes the routes.
+func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
+	cfg := config{guard: NoGuard{}, lease: DefaultLease, forward: DefaultForwardDeadline,
+		timeout: DefaultCutoverTimeout, poll: DefaultPollInterval, log: slog.Default(), now: time.Now}
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	switch {
+	case cfg.store == nil:
+		return nil, fmt.Errorf("%w: a store is required", ErrBadConfig)
+	case cfg.repl == nil:
+		return nil, fmt.Errorf("%w: a replication driver is required", ErrBadConfig)
+	case cfg.source == nil || cfg.dest == nil || cfg.source.GetName() == "" || cfg.dest.GetName() == "":
+		return nil, fmt.Errorf("%w: named source and destination clusters are required", ErrBadConfig)
+	case cfg.lease <= 0 || cfg.forward <= 0 || cfg.forward >= cfg.lease:
+		return nil, fmt.Errorf("%w: want 0 < forward deadline (%v) < lease (%v)", ErrBadConfig, cfg.forward, cfg.lease)
+	case cfg.timeout <= 0 || cfg.poll <= 0:
+		return nil, fmt.Errorf("%w: cutover timeout and poll interval must be positive", ErrBadConfig)
+	}
+	if cfg.xds == nil {
+		cfg.xds = xds.NewServer(xds.WithLogger(cfg.log), xds.WithClock(cfg.now))
+	}
+	cp := &ControlPlane{cfg: cfg, log: cfg.log.With("component", "controlplane"), now: cfg.now, store: cfg.store,
+		topics: map[string]*Topic{}, agents: map[string]*Agent{}, dirty: map[string]bool{},
+		runs: map[string]*run{}, changed: make(chan struct{})}
+	cp.ctx, cp.cancel = context.WithCancel(context.Background())
+	version, topics, agents, err := cfg.store.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cp.version = version
+	start := cp.now()
+	for _, a := range agents {
+		// Grants given after the last flush were not stored: until proven
+		// otherwise every known agent may have been granted a lease at
+		// any moment up to now.
+		if !a.GrantedAt.IsZero() && a.GrantedAt.Before(start) {
+			a.GrantedAt, a.ExpiresAt = start, start.Add(cfg.lease)
+		}
+		cp.agents[a.Node] = &a
+	}
+	var inFlight []Topic
+	for _, t := range topics {
+		cp.topics[t.Name] = &t
+		if t.State == Migrating {
+			inFlight = append(inFlight, t)
+		}
+	}
+	cp.mu.Lock()
+	cp.publishLocked()
+	cp.mu.Unlock()
+	for _, t := range inFlight {
+		co := Cutover{Attempt: t.Attempts, Actor: ActorControlPlane}
+		if t.Cutover != nil {
+			co = *t.Cutover
+		}
+		cp.event(ctx, Event{Topic: t.Name, Kind: EventRecovered, Actor: ActorControlPlane, Attempt: co.Attempt,
+			StartedAt: co.StartedAt, Reason: fmt.Sprintf("found MIGRATING at step %q after a restart; rolling back", co.Step)})
+		if err := cp.rollback(ctx, t.Name, co, "", ActorControlPlane, "control plane restarted mid-cutover"); err != nil {
+			return nil, err
+		}
+	}
+	for _, t := range cp.Topics() {
+		if t.State == Reject || t.State == Proxy {
+			if err := cp.cfg.guard.Protect(ctx, t.Name); err != nil {
+				return nil, fmt.Errorf("controlplane: protecting %s on the destination: %w", t.Name, err)
+			}
+			if err := cp.cfg.repl.Start(t.Name); err != nil {
+				return nil, fmt.Errorf("controlplane: starting replication of %s: %w", t.Name, err)
+			}
+		}
+	}
+	return cp, nil
+}
+
+// XDS returns the xDS server routes are published on.
+func (cp *ControlPlane) XDS() *xds.Server { return cp.cfg.xds }
+
+// Register serves ADS and the Lease service on g.
+func (cp *ControlPlane) Register(g *grpc.Server) {
+	cp.cfg.xds.Register(g)
+	batonv1.RegisterLeaseServer(g, cp)
+}
+
+// Run flushes agents' lease state to the store every lease/3 until ctx
+// ends, then stops every cutover goroutine (leaving an in-flight cutover
+// MIGRATING in the store, for the next start to roll back) and flushes
+// once more.
+func (cp *ControlPlane) Run(ctx context.Context) error {
+	t := time.NewTicker(cp.cfg.lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			cp.Close()
+			fctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			cp.flush(fctx)
+			return nil
+		case <-t.C:
+			cp.flush(ctx)
+		}
+	}
+}
+
+// Close stops cutover goroutines without resolving them (a crash, as far
+// as the store knows) and waits for them.
+func (cp *ControlPlane) Close() {
+	cp.cancel()
+	cp.wg.Wait()
+}
+
+func (cp *ControlPlane) flush(ctx context.Context) {
+	cp.mu.Lock()
+	var out []Agent
+	for n := range cp.dirty {
+		if a := cp.agents[n]; a != nil {
+			out = append(out, copyAgent(a))
+		}
+	}
+	clear(cp.dirty)
+	cp.mu.Unlock()
+	if err := cp.store.PutAgents(ctx, out); err != nil {
+		cp.log.Warn("storing agents' lease state", "err", err)
+		cp.mu.Lock()
+		for _, a := range out {
+			cp.dirty[a.Node] = true
+		}
+		cp.mu.Unlock()
+	}
+}
+
+func copyAgent(a *Agent) Agent {
+	c := *a
+	c.Topics = make(map[string]TopicDrain, len(a.Topics))
+	for k, v := range a.Topics {
+		c.Topics[k] = v
+	}
+	return c
+}
+
+// route renders a topic as its TopicRoute.
+func (cp *ControlPlane) route(t *Topic) *batonv1.TopicRoute {
+	r := &batonv1.TopicRoute{Topic: t.Name, State: t.State.Proto(), Version: t.Version,
+		SourceCluster: t.Source, DestinationCluster: t.Destination,
+		HoldMax: durationpb.New(cmp(t.HoldMax, DefaultHoldMax)), ForwardDeadline: durationpb.New(cmp(t.ForwardDeadline, cp.cfg.forward))}
+	if t.Mode == "retriable" {
+		r.Mode = batonv1.HoldMode_HOLD_MODE_RETRIABLE
+	}
+	if s := t.Shadow; s != (Shadow{}) {
+		r.Shadow = &batonv1.ShadowFeatures{LatencyEmulation: s.LatencyEmulation, AuthCheck: s.AuthCheck,
+			AuthEnforce: s.AuthEnforce, Tagging: s.Tagging, Headroom: s.Headroom}
+	}
+	return r
+}
+
+func cmp(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+// publishLocked pushes every route at the current version. cp.mu is held.
+func (cp *ControlPlane) publishLocked() {
+	res := xds.Resources{Version: cp.version, Targets: map[string]xds.Target{},
+		Clusters: []*batonv1.Cluster{cp.cfg.source, cp.cfg.dest}}
+	names := make([]string, 0, len(cp.topics))
+	for n := range cp.topics {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		t := cp.topics[n]
+		res.Routes = append(res.Routes, cp.route(t))
+		if len(t.Target.Namespaces)+len(t.Target.Workloads) > 0 {
+			res.Targets[n] = t.Target
+		}
+	}
+	cp.cfg.xds.Update(res)
+}
+
+// commitLocked stores t (or its removal) at the next config version and
+// publishes. On a store error nothing changes. cp.mu is held.
+func (cp *ControlPlane) commitLocked(ctx context.Context, t Topic, remove bool) error {
+	v := cp.version + 1
+	t.UpdatedAt = cp.now()
+	var err error
+	if remove {
+		err = cp.store.DeleteTopic(ctx, t.Name, v)
+	} else {
+		t.Version = v
+		err = cp.store.PutTopic(ctx, t, v)
+	}
+	if err != nil {
+		return err
+	}
+	cp.version = v
+	if remove {
+		delete(cp.topics, t.Name)
+	} else {
+		cp.topics[t.Name] = &t
+	}
+	cp.publishLocked()
+	return nil
+}
+
+// event appends e to the log, stamping time; errors are logged.
+func (cp *ControlPlane) event(ctx context.Context, e Event) {
+	e.Time = cp.now()
+	if _, err := cp.store.AppendEvent(context.WithoutCancel(ctx), e); err != nil {
+		cp.log.Error("appending an event", "event", e, "err", err)
+		return
+	}
+	cp.log.Info("event", "topic", e.Topic, "kind", e.Kind, "actor", e.Actor, "attempt", e.Attempt,
+		"agent", e.Agent, "reason", e.Reason)
+}
+
+// Version is the current config version.
+func (cp *ControlPlane) Version() uint64 {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	return cp.version
+}
+
+// Topics returns every managed topic, sorted by name.
+func (cp *ControlPlane) Topics() []Topic {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	out := make([]Topic, 0, len(cp.topics))
+	for _, t := range cp.topics {
+		out = append(out, *t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Topic returns one managed topic.
+func (cp *ControlPlane) Topic(name string) (Topic, error) {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	t, ok := cp.topics[name]
+	if !ok {
+		return Topic{}, fmt.Errorf("%w: %s", ErrUnknownTopic, name)
+	}
+	return *t, nil
+}
+
+// TopicStatus is a topic with its replication state.
+type TopicStatus struct {
+	Topic
+	Lag      time.Duration `json:"lag"`
+	LagError string        `json:"lagError,omitempty"`
+}
+
+// Status returns a topic with its time lag.
+func (cp *ControlPlane) Status(name string) (TopicStatus, error) {
+	t, err := cp.Topic(name)
+	if err != nil {
+		return TopicStatus{}, err
+	}
+	st := TopicStatus{Topic: t}
+	if t.State != Complete {
+		if st.Lag, err = cp.cfg.repl.Lag(name); err != nil {
+			st.LagError = err.Error()
+		}
+	}
+	return st, nil
+}
+
+// Agents returns every agent known, with its xDS state.
+func (cp *ControlPlane) Agents() []AgentView {
+	now := cp.now()
+	cp.mu.Lock()
+	out := make([]AgentView, 0, len(cp.agents))
+	for _, a := range cp.agents {
+		out = append(out, AgentView{Agent: copyAgent(a), LeaseValid: now.Before(a.ExpiresAt)})
+	}
+	cp.mu.Unlock()
+	for i := range out {
+		out[i].XDS, _ = cp.cfg.xds.Node(out[i].Node)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	return out
+}
+
+// Events returns the log after seq, for topic ("" for all).
+func (cp *ControlPlane) Events(ctx context.Context, topic string, after uint64) ([]Event, error) {
+	return cp.store.Events(ctx, topic, after)
+}
+
+// Follow streams the log after seq until ctx ends.
+func (cp *ControlPlane) Follow(ctx context.Context, topic string, after uint64) (<-chan Event, error) {
+	return cp.store.Follow(ctx, topic, after)
+}
+
+// AddTopic starts managing a topic: REJECT or PROXY, replication started.
+func (cp *ControlPlane) AddTopic(ctx context.Context, spec TopicSpec, actor string) (Topic, error) {
+	if spec.Name == "" {
+		return Topic{}, fmt.Errorf("%w: topic name is required", ErrBadConfig)
+	}
+	if spec.State == Removed {
+		spec.State = Proxy
+	}
+	if spec.Mode == "" {
+		spec.Mode = "hold"
+	}
+	if spec.Mode != "hold" && spec.Mode != "retriable" {
+		return Topic{}, fmt.Errorf("%w: mode %q (want hold or retriable)", ErrBadConfig, spec.Mode)
+	}
+	if spec.Source == "" {
+		spec.Source = cp.cfg.source.GetName()
+	}
+	if spec.Destination == "" {
+		spec.Destination = cp.cfg.dest.GetName()
+	}
+	if err := Transition(Removed, spec.State); err != nil {
+		return Topic{}, err
+	}
+	if err := cp.cfg.guard.Protect(ctx, spec.Name); err != nil {
+		return Topic{}, fmt.Errorf("controlplane: protecting %s on the destination: %w", spec.Name, err)
+	}
+	cp.mu.Lock()
+	if _, ok := cp.topics[spec.Name]; ok {
+		cp.mu.Unlock()
+		return Topic{}, fmt.Errorf("%w: %s", ErrTopicExists, spec.Name)
+	}
+	t := Topic{TopicSpec: spec}
+	err := cp.commitLocked(ctx, t, false)
+	t = *cp.topics[spec.Name]
+	cp.mu.Unlock()
+	if err != nil {
+		return Topic{}, err
+	}
+	if err := cp.cfg.repl.Start(spec.Name); err != nil {
+		cp.log.Error("starting replication", "topic", spec.Name, "err", err)
+	}
+	cp.event(ctx, Event{Topic: t.Name, Kind: EventAdded, To: t.State.String(), Actor: actor, Version: t.Version})
+	return t, nil
+}
+
+// SetState moves a topic between REJECT and PROXY, or removes it
+// (to Removed). MIGRATING and COMPLETE are the cutover's: see Migrate.
+func (cp *ControlPlane) SetState(ctx context.Context, name string, to State, actor string) (Topic, error) {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	t, ok := cp.topics[name]
+	if !ok {
+		return Topic{}, fmt.Errorf("%w: %s", ErrUnknownTopic, name)
+	}
+	from := t.State
+	if err := Transition(from, to); err != nil {
+		return Topic{}, err
+	}
+	if to == Migrating || to == Complete {
+		return Topic{}, fmt.Errorf("%w: %s -> %s: rule %q: use migrate", ErrIllegalTransition, from, to, RuleCompleteByCutover.Name)
+	}
+	nt := *t
+	nt.State = to
+	if err := cp.commitLocked(ctx, nt, to == Removed); err != nil {
+		return Topic{}, err
+	}
+	kind := EventTransition
+	if to == Removed {
+		kind = EventRemoved
+	}
+	cp.event(ctx, Event{Topic: name, Kind: kind, From: from.String(), To: to.String(), Actor: actor, Version: cp.version})
+	if to == Removed {
+		return nt, nil
+	}
+	return *cp.topics[name], nil
+}
+
+// Heartbeat implements the Lease service: it records the agent's report
+// and grants a lease if the agent applied the current config version.
+func (cp *ControlPlane) Heartbeat(ctx context.Context, req *batonv1.HeartbeatRequest) (*batonv1.HeartbeatResponse, error) {
+	if req.GetNodeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "node_id is required")
+	}
+	now := cp.now()
+	cp.mu.Lock()
+	a, known := cp.agents[req.GetNodeId()]
+	if !known {
+		a = &Agent{Node: req.GetNodeId()}
+		cp.agents[a.Node] = a
+	}
+	a.Namespace, a.Workload, a.AckedVersion, a.LastHeartbeat = req.GetNamespace(), req.GetWorkload(), req.GetAckedVersion(), now
+	a.Topics = make(map[string]TopicDrain, len(req.GetTopics()))
+	for _, d := range req.GetTopics() {
+		a.Topics[d.GetTopic()] = TopicDrain{InFlight: d.GetInFlight(), StoppedForwarding: d.GetStoppedForwarding()}
+	}
+	resp := &batonv1.HeartbeatResponse{Lease: durationpb.New(cp.cfg.lease), RequiredVersion: cp.version,
+		ForwardDeadline: durationpb.New(cp.cfg.forward)}
+	if req.GetAckedVersion() < cp.version {
+		a.Refused = fmt.Sprintf("acked version %d is below the current config version %d: apply it first", req.GetAckedVersion(), cp.version)
+		resp.Reason = a.Refused
+	} else {
+		a.Refused = ""
+		a.GrantedAt, a.ExpiresAt = now, now.Add(cp.cfg.lease)
+		resp.Granted, resp.GrantedAt, resp.ExpiresAt = true, timestamppb.New(now), timestamppb.New(a.ExpiresAt)
+	}
+	close(cp.changed)
+	cp.changed = make(chan struct{})
+	snapshot := copyAgent(a)
+	if known {
+		cp.dirty[a.Node] = true
+	}
+	cp.mu.Unlock()
+	if !known {
+		// A new agent is stored before its first grant is answered, so a
+		// restarted control plane knows it may be forwarding.
+		if err := cp.store.PutAgents(ctx, []Agent{snapshot}); err != nil {
+			return nil, status.Errorf(codes.Unavailable, "storing the agent: %v", err)
+		}
+	}
+	return resp, nil
+}

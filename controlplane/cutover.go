@@ -1,0 +1,382 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// errTimedOut: a cutover wait passed the deadline.
+var errTimedOut = errors.New("cutover timeout passed")
+
+// Migrate starts a cutover of a PROXY topic (DESIGN section 5) and returns
+// at once with the topic MIGRATING; the cutover runs in the background and
+// ends COMPLETE or back in PROXY, with events all along.
+func (cp *ControlPlane) Migrate(ctx context.Context, name, actor string) (Topic, error) {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	t, ok := cp.topics[name]
+	if !ok {
+		return Topic{}, fmt.Errorf("%w: %s", ErrUnknownTopic, name)
+	}
+	if _, running := cp.runs[name]; running || t.State == Migrating {
+		return Topic{}, fmt.Errorf("%w: %s (attempt %d)", ErrCutoverRunning, name, t.Attempts)
+	}
+	if err := Transition(t.State, Migrating); err != nil {
+		return Topic{}, err
+	}
+	if cp.ctx.Err() != nil {
+		return Topic{}, ErrClosed
+	}
+	attempt := t.Attempts + 1
+	limit := cp.cfg.timeout / 4
+	lag, err := cp.cfg.repl.Lag(name)
+	var refused string
+	switch {
+	case err != nil:
+		refused = fmt.Sprintf("time lag unknown: %v", err)
+	case lag > limit:
+		refused = fmt.Sprintf("time lag %v is above cutover timeout/4 = %v", lag.Round(time.Millisecond), limit)
+	}
+	if refused != "" {
+		cp.event(ctx, Event{Topic: name, Kind: EventGateRefused, Actor: actor, Attempt: attempt, Reason: refused})
+		return Topic{}, fmt.Errorf("%w: %s: %s", ErrGateRefused, name, refused)
+	}
+	now := cp.now()
+	nt := *t
+	nt.State, nt.Attempts = Migrating, attempt
+	nt.Cutover = &Cutover{Attempt: attempt, Version: cp.version + 1, StartedAt: now, Deadline: now.Add(cp.cfg.timeout),
+		Actor: actor, Step: "wait-agents"}
+	if err := cp.commitLocked(ctx, nt, false); err != nil {
+		return Topic{}, err
+	}
+	co := *nt.Cutover
+	cp.event(ctx, Event{Topic: name, Kind: EventInitiated, From: Proxy.String(), To: Migrating.String(), Actor: actor,
+		Attempt: attempt, Version: co.Version, StartedAt: co.StartedAt,
+		Reason: fmt.Sprintf("time lag %v <= %v; MIGRATING pushed at version %d", lag.Round(time.Millisecond), limit, co.Version)})
+	rctx, cancel := context.WithCancel(cp.ctx)
+	r := &run{cancel: cancel, done: make(chan struct{})}
+	cp.runs[name] = r
+	cp.wg.Add(1)
+	go func() {
+		defer cp.wg.Done()
+		defer close(r.done)
+		defer cancel()
+		cp.cutover(rctx, name, co, r)
+	}()
+	return *cp.topics[name], nil
+}
+
+// Abort stops a running cutover and rolls the topic back to PROXY. A
+// cutover that reached COMPLETE first is not undone.
+func (cp *ControlPlane) Abort(ctx context.Context, name, actor, reason string) (Topic, error) {
+	cp.mu.Lock()
+	t, ok := cp.topics[name]
+	if !ok {
+		cp.mu.Unlock()
+		return Topic{}, fmt.Errorf("%w: %s", ErrUnknownTopic, name)
+	}
+	r := cp.runs[name]
+	if t.State != Migrating || r == nil {
+		from := t.State
+		cp.mu.Unlock()
+		if from == Complete {
+			return Topic{}, Transition(Complete, Proxy)
+		}
+		return Topic{}, fmt.Errorf("%w: abort: %s is %s: rule %q: only a running cutover can be aborted",
+			ErrIllegalTransition, name, from, "abort-migrating-only")
+	}
+	r.aborted, r.actor, r.reason = true, actor, reason
+	r.cancel()
+	cp.mu.Unlock()
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		return Topic{}, ctx.Err()
+	}
+	nt, err := cp.Topic(name)
+	if err != nil {
+		return Topic{}, err
+	}
+	if nt.State == Complete {
+		return nt, fmt.Errorf("%w: the cutover of %s completed before the abort: rule %q: %s",
+			ErrIllegalTransition, name, RuleCompleteOneWay.Name, RuleCompleteOneWay.Why)
+	}
+	return nt, nil
+}
+
+// cutover runs steps 2 to 5 of DESIGN section 5 for one attempt.
+func (cp *ControlPlane) cutover(ctx context.Context, name string, co Cutover, r *run) {
+	ev := func(kind, agent, reason string) {
+		cp.event(ctx, Event{Topic: name, Kind: kind, Actor: ActorControlPlane, Attempt: co.Attempt, Agent: agent,
+			Reason: reason, Version: co.Version, StartedAt: co.StartedAt})
+	}
+	err := cp.cutoverSteps(ctx, name, co, ev)
+	if err == nil {
+		return
+	}
+	cp.mu.Lock()
+	aborted, actor, reason := r.aborted, r.actor, r.reason
+	delete(cp.runs, name)
+	cp.mu.Unlock()
+	bg := context.WithoutCancel(ctx)
+	switch {
+	case aborted:
+		if reason == "" {
+			reason = "aborted by operator"
+		}
+		err = cp.rollback(bg, name, co, EventAborted, actor, reason)
+	case cp.ctx.Err() != nil:
+		cp.log.Warn("control plane stopping mid-cutover; the next start rolls it back", "topic", name)
+		return
+	case errors.Is(err, errTimedOut):
+		err = cp.rollback(bg, name, co, EventTimedOut, ActorControlPlane, err.Error())
+	default:
+		err = cp.rollback(bg, name, co, EventFailed, ActorControlPlane, err.Error())
+	}
+	if err != nil {
+		cp.log.Error("rolling back; the topic stays MIGRATING until the next start", "topic", name, "err", err)
+	}
+}
+
+func (cp *ControlPlane) setStep(ctx context.Context, name, step string) error {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	t, ok := cp.topics[name]
+	if !ok || t.Cutover == nil {
+		return fmt.Errorf("%w: %s vanished mid-cutover", ErrUnknownTopic, name)
+	}
+	t.Cutover.Step = step
+	return cp.store.PutTopic(ctx, *t, cp.version)
+}
+
+// wait polls cond (and wakes on agent heartbeats) until it holds, the
+// deadline passes or ctx ends.
+func (cp *ControlPlane) wait(ctx context.Context, deadline time.Time, what string, cond func() (bool, string, error)) error {
+	for {
+		cp.mu.Lock()
+		ch := cp.changed
+		cp.mu.Unlock()
+		ok, behind, err := cond()
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		if !cp.now().Before(deadline) {
+			return fmt.Errorf("%w: %s: %s", errTimedOut, what, behind)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		case <-time.After(cp.cfg.poll):
+		}
+	}
+}
+
+func (cp *ControlPlane) cutoverSteps(ctx context.Context, name string, co Cutover, ev func(kind, agent, reason string)) error {
+	// Step 2: every agent drained at >= v, or silent past grant + lease + F.
+	waiting, drained, expired := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	err := cp.wait(ctx, co.Deadline, "waiting for agents", func() (bool, string, error) {
+		pending := cp.pendingAgents(name, co.Version)
+		for _, p := range pending.waiting {
+			if !waiting[p.node] {
+				waiting[p.node] = true
+				ev(EventWaitingOnAgent, p.node, p.why)
+			}
+		}
+		for _, n := range pending.drained {
+			if waiting[n] && !drained[n] {
+				drained[n] = true
+				ev(EventAgentDrained, n, fmt.Sprintf("reported version >= %d, stopped, zero in flight", co.Version))
+			}
+		}
+		for _, n := range pending.expired {
+			if waiting[n] && !expired[n] {
+				expired[n] = true
+				ev(EventAgentExpired, n, "silent past lease grant + lease + forward deadline")
+			}
+		}
+		return len(pending.waiting) == 0, pending.summary(), nil
+	})
+	if err != nil {
+		return err
+	}
+	ev(EventDrained, "", "every agent stopped forwarding and drained, or its lease ran out")
+
+	// Step 3: top priority, source end offsets, wait for D to hold them.
+	if err := cp.setStep(ctx, name, "replicate-to-end"); err != nil {
+		return err
+	}
+	if err := cp.cfg.repl.SetMigrating(name, true); err != nil {
+		return fmt.Errorf("raising replication priority: %w", err)
+	}
+	ends, err := cp.cfg.repl.SourceEndOffsets(ctx, name)
+	if err != nil {
+		return fmt.Errorf("reading source end offsets: %w", err)
+	}
+	ev(EventEndOffsets, "", "source end offsets "+formatOffsets(ends))
+	if err := cp.wait(ctx, co.Deadline, "waiting for replication to reach the source end offsets", func() (bool, string, error) {
+		prog, err := cp.cfg.repl.Progress(name)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		ok, behind := reached(prog, ends)
+		return ok, behind, nil
+	}); err != nil {
+		return err
+	}
+	ev(EventLagZero, "", "destination holds every source record up to the end offsets")
+
+	// Step 4: stop replication, confirm, lift the write guard.
+	if err := cp.setStep(ctx, name, "stop-replication"); err != nil {
+		return err
+	}
+	sctx, cancel := context.WithDeadline(ctx, co.Deadline)
+	final, err := cp.cfg.repl.Stop(sctx, name)
+	cancel()
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("%w: stopping replication", errTimedOut)
+		}
+		return fmt.Errorf("stopping replication: %w", err)
+	}
+	if ok, behind := reached(final, ends); !ok {
+		return fmt.Errorf("replication stopped short of the end offsets: %s", behind)
+	}
+	ev(EventReplStopped, "", "final offsets "+formatOffsets(final))
+	if !cp.now().Before(co.Deadline) {
+		return fmt.Errorf("%w: after stopping replication", errTimedOut)
+	}
+	if err := cp.cfg.guard.Lift(ctx, name); err != nil {
+		return fmt.Errorf("lifting the destination write guard: %w", err)
+	}
+	ev(EventGuardLifted, "", "producers may write the topic on the destination")
+
+	// Step 5: COMPLETE at v+1, unless aborted meanwhile.
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	t := *cp.topics[name]
+	t.State, t.Cutover = Complete, nil
+	if err := cp.commitLocked(ctx, t, false); err != nil {
+		return fmt.Errorf("storing COMPLETE: %w", err)
+	}
+	delete(cp.runs, name)
+	cp.event(ctx, Event{Topic: name, Kind: EventCompleted, From: Migrating.String(), To: Complete.String(),
+		Actor: ActorControlPlane, Attempt: co.Attempt, Version: cp.version, StartedAt: co.StartedAt,
+		Reason: fmt.Sprintf("cutover took %v", cp.now().Sub(co.StartedAt).Round(time.Millisecond))})
+	return nil
+}
+
+// rollback returns a MIGRATING topic to PROXY: guard restored, PROXY at the
+// next version, replication restarted at normal priority. kind ("" for
+// none) is the event saying why, before rolled_back.
+func (cp *ControlPlane) rollback(ctx context.Context, name string, co Cutover, kind, actor, reason string) error {
+	base := Event{Topic: name, Actor: actor, Attempt: co.Attempt, Reason: reason, StartedAt: co.StartedAt}
+	if kind != "" {
+		e := base
+		e.Kind = kind
+		cp.event(ctx, e)
+	}
+	if err := cp.cfg.guard.Protect(ctx, name); err != nil {
+		return fmt.Errorf("restoring the destination write guard: %w", err)
+	}
+	cp.mu.Lock()
+	t, ok := cp.topics[name]
+	if !ok || t.State != Migrating {
+		cp.mu.Unlock()
+		return nil
+	}
+	nt := *t
+	nt.State, nt.Cutover = Proxy, nil
+	err := cp.commitLocked(ctx, nt, false)
+	v := cp.version
+	cp.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	e := base
+	e.Kind, e.From, e.To, e.Version = EventRolledBack, Migrating.String(), Proxy.String(), v
+	cp.event(ctx, e)
+	if err := cp.cfg.repl.Start(name); err != nil {
+		return fmt.Errorf("restarting replication: %w", err)
+	}
+	if err := cp.cfg.repl.SetMigrating(name, false); err != nil {
+		cp.log.Warn("lowering replication priority", "topic", name, "err", err)
+	}
+	return nil
+}
+
+type pendingAgent struct{ node, why string }
+
+type pending struct {
+	waiting          []pendingAgent
+	drained, expired []string
+}
+
+func (p pending) summary() string {
+	var b strings.Builder
+	for i, w := range p.waiting {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "%s: %s", w.node, w.why)
+	}
+	return b.String()
+}
+
+// pendingAgents sorts agents into safe (drained or expired) and waiting.
+func (cp *ControlPlane) pendingAgents(topic string, v uint64) pending {
+	now := cp.now()
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	var p pending
+	for _, a := range cp.agents {
+		if a.GrantedAt.IsZero() {
+			continue // never held a lease: never forwarded
+		}
+		safeAt := a.GrantedAt.Add(cp.cfg.lease + cp.cfg.forward)
+		if !now.Before(safeAt) {
+			p.expired = append(p.expired, a.Node)
+			continue
+		}
+		d, reported := a.Topics[topic]
+		switch {
+		case a.AckedVersion < v:
+			p.waiting = append(p.waiting, pendingAgent{a.Node, fmt.Sprintf("acked version %d < %d; silent-safe at %s",
+				a.AckedVersion, v, safeAt.Format(time.RFC3339Nano))})
+		case !reported || !d.StoppedForwarding || d.InFlight > 0:
+			p.waiting = append(p.waiting, pendingAgent{a.Node, fmt.Sprintf("stopped=%v in_flight=%d", d.StoppedForwarding, d.InFlight)})
+		default:
+			p.drained = append(p.drained, a.Node)
+		}
+	}
+	sort.Slice(p.waiting, func(i, j int) bool { return p.waiting[i].node < p.waiting[j].node })
+	sort.Strings(p.drained)
+	sort.Strings(p.expired)
+	return p
+}
+
+func formatOffsets(m map[int32]int64) string {
+	ps := make([]int32, 0, len(m))
+	for p := range m {
+		ps = append(ps, p)
+	}
+	sort.Slice(ps, func(i, j int) bool { return ps[i] < ps[j] })
+	var b strings.Builder
+	for i, p := range ps {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%d:%d", p, m[p])
+	}
+	return b.String()
+}

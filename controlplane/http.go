@@ -1,0 +1,287 @@
+package controlplane
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+// Handler serves the HTTP API the `baton` CLI speaks:
+//
+//	GET    /v1/topics                     every topic
+//	POST   /v1/topics                     add (a TopicSpec)
+//	GET    /v1/topics/{name}              one topic with its time lag
+//	POST   /v1/topics/{name}/migrate      start a cutover   {"actor"}
+//	POST   /v1/topics/{name}/abort        abort a cutover   {"actor","reason"}
+//	POST   /v1/topics/{name}/state        REJECT <-> PROXY  {"actor","state"}
+//	DELETE /v1/topics/{name}              stop managing
+//	GET    /v1/agents                     agents: lease and xDS state
+//	GET    /v1/events?topic=&after=&follow=1   the audit log (NDJSON when following)
+//
+// Errors are {"error": "..."} with 404 (unknown topic), 409 (illegal
+// transition, cutover running, gate refused, topic exists) or 400.
+func (cp *ControlPlane) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/topics", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, cp.Topics()) })
+	mux.HandleFunc("POST /v1/topics", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			TopicSpec
+			Actor string `json:"actor"`
+		}
+		if !readJSON(w, r, &req) {
+			return
+		}
+		t, err := cp.AddTopic(r.Context(), req.TopicSpec, actorOr(req.Actor))
+		reply(w, t, err)
+	})
+	mux.HandleFunc("GET /v1/topics/{name}", func(w http.ResponseWriter, r *http.Request) {
+		st, err := cp.Status(r.PathValue("name"))
+		reply(w, st, err)
+	})
+	mux.HandleFunc("DELETE /v1/topics/{name}", func(w http.ResponseWriter, r *http.Request) {
+		t, err := cp.SetState(r.Context(), r.PathValue("name"), Removed, actorOr(r.URL.Query().Get("actor")))
+		reply(w, t, err)
+	})
+	mux.HandleFunc("POST /v1/topics/{name}/{op}", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Actor  string `json:"actor"`
+			Reason string `json:"reason"`
+			State  string `json:"state"`
+		}
+		if !readJSON(w, r, &req) {
+			return
+		}
+		name, actor := r.PathValue("name"), actorOr(req.Actor)
+		var t Topic
+		var err error
+		switch r.PathValue("op") {
+		case "migrate":
+			t, err = cp.Migrate(r.Context(), name, actor)
+		case "abort":
+			t, err = cp.Abort(r.Context(), name, actor, req.Reason)
+		case "state":
+			var s State
+			if s, err = ParseState(req.State); err == nil {
+				t, err = cp.SetState(r.Context(), name, s, actor)
+			}
+		default:
+			http.NotFound(w, r)
+			return
+		}
+		reply(w, t, err)
+	})
+	mux.HandleFunc("GET /v1/agents", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, cp.Agents()) })
+	mux.HandleFunc("GET /v1/events", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		after, _ := strconv.ParseUint(q.Get("after"), 10, 64)
+		if q.Get("follow") == "" {
+			evs, err := cp.Events(r.Context(), q.Get("topic"), after)
+			if evs == nil {
+				evs = []Event{}
+			}
+			reply(w, evs, err)
+			return
+		}
+		ch, err := cp.Follow(r.Context(), q.Get("topic"), after)
+		if err != nil {
+			reply(w, nil, err)
+			return
+		}
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		fl, _ := w.(http.Flusher)
+		enc := json.NewEncoder(w)
+		if fl != nil {
+			fl.Flush()
+		}
+		for e := range ch {
+			if enc.Encode(e) != nil {
+				return
+			}
+			if fl != nil {
+				fl.Flush()
+			}
+		}
+	})
+	return mux
+}
+
+func actorOr(a string) string {
+	if a == "" {
+		return "api"
+	}
+	return a
+}
+
+func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(v); err != nil && !errors.Is(err, io.EOF) {
+		reply(w, nil, fmt.Errorf("%w: request body: %v", ErrBadConfig, err))
+		return false
+	}
+	return true
+}
+
+func reply(w http.ResponseWriter, v any, err error) {
+	if err == nil {
+		writeJSON(w, v)
+		return
+	}
+	code := http.StatusBadRequest
+	switch {
+	case errors.Is(err, ErrUnknownTopic):
+		code = http.StatusNotFound
+	case errors.Is(err, ErrIllegalTransition), errors.Is(err, ErrCutoverRunning), errors.Is(err, ErrGateRefused),
+		errors.Is(err, ErrTopicExists):
+		code = http.StatusConflict
+	case errors.Is(err, ErrBadConfig):
+	default:
+		code = http.StatusInternalServerError
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// APIClient speaks the HTTP API (the CLI's side).
+type APIClient struct {
+	Base string // http://host:port
+	HTTP *http.Client
+}
+
+// APIError is an error answered by the control plane.
+type APIError struct {
+	Status  int
+	Message string
+}
+
+func (e *APIError) Error() string { return e.Message }
+
+func (c *APIClient) do(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.Base, "/")+path, rd)
+	if err != nil {
+		return err
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error string `json:"error"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		return &APIError{Status: resp.StatusCode, Message: e.Error}
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
+}
+
+// Topics lists topics.
+func (c *APIClient) Topics(ctx context.Context) ([]Topic, error) {
+	var out []Topic
+	return out, c.do(ctx, http.MethodGet, "/v1/topics", nil, &out)
+}
+
+// Add adds a topic.
+func (c *APIClient) Add(ctx context.Context, spec TopicSpec, actor string) (Topic, error) {
+	var out Topic
+	body := struct {
+		TopicSpec
+		Actor string `json:"actor"`
+	}{spec, actor}
+	return out, c.do(ctx, http.MethodPost, "/v1/topics", body, &out)
+}
+
+// Status returns a topic with its lag.
+func (c *APIClient) Status(ctx context.Context, name string) (TopicStatus, error) {
+	var out TopicStatus
+	return out, c.do(ctx, http.MethodGet, "/v1/topics/"+url.PathEscape(name), nil, &out)
+}
+
+// Op runs migrate, abort or state on a topic.
+func (c *APIClient) Op(ctx context.Context, name, op, actor, reason, state string) (Topic, error) {
+	var out Topic
+	return out, c.do(ctx, http.MethodPost, "/v1/topics/"+url.PathEscape(name)+"/"+op,
+		map[string]string{"actor": actor, "reason": reason, "state": state}, &out)
+}
+
+// Agents lists agents.
+func (c *APIClient) Agents(ctx context.Context) ([]AgentView, error) {
+	var out []AgentView
+	return out, c.do(ctx, http.MethodGet, "/v1/agents", nil, &out)
+}
+
+// Events returns the log, or with follow calls each until ctx ends.
+func (c *APIClient) Events(ctx context.Context, topic string, follow bool, each func(Event) error) error {
+	q := url.Values{}
+	if topic != "" {
+		q.Set("topic", topic)
+	}
+	if !follow {
+		var out []Event
+		if err := c.do(ctx, http.MethodGet, "/v1/events?"+q.Encode(), nil, &out); err != nil {
+			return err
+		}
+		for _, e := range out {
+			if err := each(e); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	q.Set("follow", "1")
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(c.Base, "/")+"/v1/events?"+q.Encode(), nil)
+	if err != nil {
+		return err
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return &APIError{Status: resp.StatusCode, Message: resp.Status}
+	}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		var e Event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			return err
+		}
+		if err := each(e); err != nil {
+			return err
+		}
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	return sc.Err()
+}

@@ -1,0 +1,153 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/baton-kafka/baton/replicator"
+)
+
+// Replication is what the cutover needs from the replicator.
+type Replication interface {
+	// Start copies topic (again); a no-op if it is being copied.
+	Start(topic string) error
+	// Stop stops copying topic and returns, once the last produce to the
+	// destination was answered, the first source offset not copied per
+	// partition.
+	Stop(ctx context.Context, topic string) (map[int32]int64, error)
+	// SetMigrating puts topic first in the copy order, or back.
+	SetMigrating(topic string, migrating bool) error
+	// Lag is topic's time lag; an error while it is not measurable yet.
+	Lag(topic string) (time.Duration, error)
+	// Progress is the first source offset not copied per partition (-1:
+	// not known yet).
+	Progress(topic string) (map[int32]int64, error)
+	// SourceEndOffsets reads the source's end offsets of topic.
+	SourceEndOffsets(ctx context.Context, topic string) (map[int32]int64, error)
+}
+
+// ErrNotReady: the replicator has not set the topic up yet.
+var ErrNotReady = errors.New("controlplane: replication of the topic is not ready")
+
+// ReplicatorAdapter drives a replicator.Replicator in this process; Source
+// reads the source cluster's end offsets.
+type ReplicatorAdapter struct {
+	R      *replicator.Replicator
+	Source *kadm.Client
+}
+
+var _ Replication = (*ReplicatorAdapter)(nil)
+
+// Start implements Replication.
+func (a *ReplicatorAdapter) Start(topic string) error { a.R.Start(topic); return nil }
+
+// Stop implements Replication.
+func (a *ReplicatorAdapter) Stop(ctx context.Context, topic string) (map[int32]int64, error) {
+	ps, err := a.R.Stop(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int32]int64, len(ps))
+	for _, p := range ps {
+		out[p.Partition] = p.Next
+	}
+	return out, nil
+}
+
+// SetMigrating implements Replication.
+func (a *ReplicatorAdapter) SetMigrating(topic string, m bool) error {
+	return a.R.SetMigrating(topic, m)
+}
+
+func (a *ReplicatorAdapter) status(topic string) (replicator.TopicStatus, error) {
+	for _, t := range a.R.Status() {
+		if t.Topic == topic {
+			if !t.Ready {
+				if t.Err != nil {
+					return t, fmt.Errorf("%w: %s: %v", ErrNotReady, topic, t.Err)
+				}
+				return t, fmt.Errorf("%w: %s", ErrNotReady, topic)
+			}
+			return t, nil
+		}
+	}
+	return replicator.TopicStatus{}, fmt.Errorf("%w: %s", replicator.ErrUnknownTopic, topic)
+}
+
+// Lag implements Replication.
+func (a *ReplicatorAdapter) Lag(topic string) (time.Duration, error) {
+	t, err := a.status(topic)
+	return t.Lag, err
+}
+
+// Progress implements Replication.
+func (a *ReplicatorAdapter) Progress(topic string) (map[int32]int64, error) {
+	t, err := a.status(topic)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int32]int64, len(t.Partitions))
+	for _, p := range t.Partitions {
+		out[p.Partition] = p.Next
+	}
+	return out, nil
+}
+
+// SourceEndOffsets implements Replication.
+func (a *ReplicatorAdapter) SourceEndOffsets(ctx context.Context, topic string) (map[int32]int64, error) {
+	l, err := a.Source.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.Error(); err != nil {
+		return nil, err
+	}
+	out := map[int32]int64{}
+	l.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
+	if len(out) == 0 {
+		return nil, fmt.Errorf("controlplane: no partitions of %s on the source", topic)
+	}
+	return out, nil
+}
+
+// reached reports whether progress covers every end offset, and names the
+// first partition behind.
+func reached(progress, ends map[int32]int64) (bool, string) {
+	for p, end := range ends {
+		if end == 0 {
+			continue
+		}
+		if next, ok := progress[p]; !ok || next < end {
+			return false, fmt.Sprintf("partition %d at %d of %d", p, next, end)
+		}
+	}
+	return true, ""
+}
+
+// WriteGuard keeps writers other than the replicator off D.T until COMPLETE
+// (DESIGN section 3, REJECT).
+type WriteGuard interface {
+	// Protect denies writes to topic on the destination except the
+	// replicator's. Idempotent.
+	Protect(ctx context.Context, topic string) error
+	// Lift allows producers to write topic on the destination.
+	Lift(ctx context.Context, topic string) error
+}
+
+// NoGuard is the WriteGuard for a destination without an authorizer: it
+// does nothing, and the agents (which never route a topic to D before
+// COMPLETE) are the only guard. A producer that bypasses the agents can
+// write D.T early; the replicator then reports ErrDestinationDiverged.
+type NoGuard struct{}
+
+var _ WriteGuard = NoGuard{}
+
+// Protect implements WriteGuard.
+func (NoGuard) Protect(context.Context, string) error { return nil }
+
+// Lift implements WriteGuard.
+func (NoGuard) Lift(context.Context, string) error { return nil }

@@ -1,0 +1,174 @@
+// Package controlplane owns Baton's control plane: the per-topic state
+// machine (DESIGN section 3), the cutover orchestrator (section 5), the
+// Lease service agents heartbeat to, the etcd store that keeps topic
+// states, versions, agents' lease grants and the audit event log across
+// restarts, and the HTTP API the `baton` CLI speaks. It drives the
+// replicator through the small Replication interface and the destination
+// write guard through WriteGuard; it pushes routes to agents through an
+// xds.Server.
+//
+// Safety rules it keeps:
+//
+//   - A lease is only granted to an agent that applied the current config
+//     version, so an agent that lost contact comes back blocking what must
+//     be blocked.
+//   - A cutover waits for every agent that may still forward: each has
+//     either reported the MIGRATING version with the topic stopped and zero
+//     in flight, or stayed silent past its last lease grant + lease +
+//     forward deadline.
+//   - Every wait of a cutover shares one deadline (start + cutover
+//     timeout); missing it rolls the topic back to PROXY. COMPLETE is
+//     written only after replication of the topic stopped at the source's
+//     end offsets, and is one-way.
+//   - A control plane that stops mid-cutover leaves the topic MIGRATING in
+//     etcd; the next start rolls it back to PROXY (restarting replication
+//     and restoring the write guard) before serving anything.
+package controlplane
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+)
+
+// Errors. Wrapped errors name the rule or the topic.
+var (
+	// ErrBadConfig is returned for options or requests out of range.
+	ErrBadConfig = errors.New("controlplane: bad config")
+	// ErrUnknownTopic: the topic is not managed.
+	ErrUnknownTopic = errors.New("controlplane: unknown topic")
+	// ErrTopicExists: add of a topic already managed.
+	ErrTopicExists = errors.New("controlplane: topic already managed")
+	// ErrIllegalTransition: the state machine refuses the transition; the
+	// message names the rule.
+	ErrIllegalTransition = errors.New("controlplane: illegal transition")
+	// ErrCutoverRunning: a second migrate while one runs.
+	ErrCutoverRunning = errors.New("controlplane: a cutover is already running for the topic")
+	// ErrGateRefused: the cutover gate (time lag, replication readiness)
+	// refused to start.
+	ErrGateRefused = errors.New("controlplane: cutover gate refused")
+	// ErrClosed: the control plane is shutting down.
+	ErrClosed = errors.New("controlplane: closed")
+)
+
+// State is a topic's migration state. The zero value is "not managed".
+type State int
+
+// The states of DESIGN section 3. Removed is the target of a removal.
+const (
+	Removed State = iota
+	Reject
+	Proxy
+	Migrating
+	Complete
+)
+
+var stateNames = [...]string{Removed: "REMOVED", Reject: "REJECT", Proxy: "PROXY", Migrating: "MIGRATING", Complete: "COMPLETE"}
+
+func (s State) String() string {
+	if s >= 0 && int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("State(%d)", int(s))
+}
+
+// ParseState reads a state name, case-insensitively.
+func ParseState(s string) (State, error) {
+	for i, n := range stateNames {
+		if strings.EqualFold(s, n) {
+			return State(i), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: unknown state %q (want REJECT, PROXY, MIGRATING or COMPLETE)", ErrBadConfig, s)
+}
+
+// MarshalText writes the state's name.
+func (s State) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// UnmarshalText reads a state's name.
+func (s *State) UnmarshalText(b []byte) error {
+	v, err := ParseState(string(b))
+	*s = v
+	return err
+}
+
+// Proto is the state on the wire.
+func (s State) Proto() batonv1.State {
+	switch s {
+	case Reject:
+		return batonv1.State_STATE_REJECT
+	case Proxy:
+		return batonv1.State_STATE_PROXY
+	case Migrating:
+		return batonv1.State_STATE_MIGRATING
+	case Complete:
+		return batonv1.State_STATE_COMPLETE
+	}
+	return batonv1.State_STATE_UNSPECIFIED
+}
+
+// Rule is one named rule of the state machine.
+type Rule struct {
+	Name string
+	Why  string
+}
+
+// The rules Transition refuses by.
+var (
+	RuleCompleteOneWay     = Rule{"complete-is-one-way", "COMPLETE is one-way: the destination took writes the source never saw"}
+	RuleMigrateFromProxy   = Rule{"migrate-from-proxy-only", "a cutover starts from PROXY only: agents must be proxying the topic under lease first"}
+	RuleCompleteByCutover  = Rule{"complete-by-cutover-only", "COMPLETE is reached only through a cutover, from MIGRATING"}
+	RuleMigratingExits     = Rule{"migrating-exits-to-complete-or-proxy", "MIGRATING ends in COMPLETE or rolls back to PROXY; abort first"}
+	RuleAddAsRejectOrProxy = Rule{"add-as-reject-or-proxy", "a topic is added in REJECT or PROXY"}
+	RuleNoSelfTransition   = Rule{"no-self-transition", "the topic is already in that state"}
+)
+
+// Transition checks one state change; Removed as from means "not managed
+// yet" (an add), as to a removal. It returns nil or an error wrapping
+// ErrIllegalTransition that names the rule.
+func Transition(from, to State) error {
+	refuse := func(r Rule) error {
+		return fmt.Errorf("%w: %s -> %s: rule %q: %s", ErrIllegalTransition, from, to, r.Name, r.Why)
+	}
+	if from == to {
+		return refuse(RuleNoSelfTransition)
+	}
+	switch from {
+	case Removed:
+		if to == Reject || to == Proxy {
+			return nil
+		}
+		return refuse(RuleAddAsRejectOrProxy)
+	case Reject:
+		switch to {
+		case Proxy, Removed:
+			return nil
+		case Migrating:
+			return refuse(RuleMigrateFromProxy)
+		case Complete:
+			return refuse(RuleCompleteByCutover)
+		}
+	case Proxy:
+		switch to {
+		case Reject, Migrating, Removed:
+			return nil
+		case Complete:
+			return refuse(RuleCompleteByCutover)
+		}
+	case Migrating:
+		switch to {
+		case Complete, Proxy:
+			return nil
+		default:
+			return refuse(RuleMigratingExits)
+		}
+	case Complete:
+		if to == Removed {
+			return nil
+		}
+		return refuse(RuleCompleteOneWay)
+	}
+	return fmt.Errorf("%w: %s -> %s: unknown state", ErrIllegalTransition, from, to)
+}

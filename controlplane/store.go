@@ -1,0 +1,336 @@
+package controlplane
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+)
+
+// Store keeps the control plane's state. The etcd implementation is the
+// only one; the interface is the boundary the control plane is tested at.
+type Store interface {
+	// Load returns the config version, every topic and every agent.
+	Load(ctx context.Context) (version uint64, topics []Topic, agents []Agent, err error)
+	// PutTopic writes t and the config version in one transaction.
+	PutTopic(ctx context.Context, t Topic, version uint64) error
+	// DeleteTopic removes a topic and writes the config version.
+	DeleteTopic(ctx context.Context, name string, version uint64) error
+	// PutAgents writes agents' lease state.
+	PutAgents(ctx context.Context, agents []Agent) error
+	// AppendEvent stores e with the next sequence number and returns it.
+	AppendEvent(ctx context.Context, e Event) (Event, error)
+	// Events returns events after seq, for topic ("" for all), oldest first.
+	Events(ctx context.Context, topic string, after uint64) ([]Event, error)
+	// Follow sends events after seq as they are appended, until ctx ends.
+	Follow(ctx context.Context, topic string, after uint64) (<-chan Event, error)
+	Close() error
+}
+
+const (
+	keyVersion = "/baton/version"
+	keyTopics  = "/baton/topics/"
+	keyAgents  = "/baton/agents/"
+	keyEvents  = "/baton/events/"
+)
+
+// EtcdStore is a Store on etcd, embedded or external.
+type EtcdStore struct {
+	cli  *clientv3.Client
+	emb  *embed.Etcd
+	mu   sync.Mutex
+	seq  uint64
+	once sync.Once
+}
+
+var _ Store = (*EtcdStore)(nil)
+
+// OpenEtcd connects to an external etcd cluster.
+func OpenEtcd(ctx context.Context, endpoints []string) (*EtcdStore, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Context: ctx})
+	if err != nil {
+		return nil, fmt.Errorf("controlplane: etcd %v: %w", endpoints, err)
+	}
+	s := &EtcdStore{cli: cli}
+	if err := s.loadSeq(ctx); err != nil {
+		_ = cli.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// OpenEmbedded starts a single-node etcd keeping its data in dir (created if
+// missing; reused across restarts) on loopback ports, and connects to it.
+func OpenEmbedded(ctx context.Context, dir string) (*EtcdStore, error) {
+	cfg := embed.NewConfig()
+	cfg.Dir = dir
+	cfg.LogLevel = "error"
+	cfg.Logger = "zap"
+	ports, err := freePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	cu, _ := url.Parse("http://127.0.0.1:" + strconv.Itoa(ports[0]))
+	pu, _ := url.Parse("http://127.0.0.1:" + strconv.Itoa(ports[1]))
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+	cfg.InitialCluster = cfg.Name + "=" + pu.String()
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("controlplane: embedded etcd in %s: %w", dir, err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(30 * time.Second):
+		e.Close()
+		return nil, errors.New("controlplane: embedded etcd did not become ready in 30s")
+	case <-ctx.Done():
+		e.Close()
+		return nil, ctx.Err()
+	}
+	s, err := OpenEtcd(ctx, []string{cu.String()})
+	if err != nil {
+		e.Close()
+		return nil, err
+	}
+	s.emb = e
+	return s, nil
+}
+
+func freePorts(n int) ([]int, error) {
+	var out []int
+	var lns []net.Listener
+	defer func() {
+		for _, l := range lns {
+			_ = l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		lns = append(lns, l)
+		out = append(out, l.Addr().(*net.TCPAddr).Port)
+	}
+	return out, nil
+}
+
+// Close disconnects and stops the embedded etcd, if any.
+func (s *EtcdStore) Close() error {
+	var err error
+	s.once.Do(func() {
+		err = s.cli.Close()
+		if s.emb != nil {
+			s.emb.Close()
+		}
+	})
+	return err
+}
+
+func (s *EtcdStore) loadSeq(ctx context.Context) error {
+	r, err := s.cli.Get(ctx, keyEvents, clientv3.WithLastKey()...)
+	if err != nil {
+		return fmt.Errorf("controlplane: reading the event log: %w", err)
+	}
+	if len(r.Kvs) > 0 {
+		seq, err := strconv.ParseUint(strings.TrimPrefix(string(r.Kvs[0].Key), keyEvents), 10, 64)
+		if err != nil {
+			return fmt.Errorf("controlplane: bad event key %q", r.Kvs[0].Key)
+		}
+		s.seq = seq
+	}
+	return nil
+}
+
+// Load implements Store.
+func (s *EtcdStore) Load(ctx context.Context) (uint64, []Topic, []Agent, error) {
+	var version uint64
+	r, err := s.cli.Get(ctx, keyVersion)
+	if err != nil {
+		return 0, nil, nil, fmt.Errorf("controlplane: etcd: %w", err)
+	}
+	if len(r.Kvs) > 0 {
+		if version, err = strconv.ParseUint(string(r.Kvs[0].Value), 10, 64); err != nil {
+			return 0, nil, nil, fmt.Errorf("controlplane: bad version %q", r.Kvs[0].Value)
+		}
+	}
+	var topics []Topic
+	if err := s.list(ctx, keyTopics, func(b []byte) error {
+		var t Topic
+		err := json.Unmarshal(b, &t)
+		topics = append(topics, t)
+		return err
+	}); err != nil {
+		return 0, nil, nil, err
+	}
+	var agents []Agent
+	if err := s.list(ctx, keyAgents, func(b []byte) error {
+		var a Agent
+		err := json.Unmarshal(b, &a)
+		agents = append(agents, a)
+		return err
+	}); err != nil {
+		return 0, nil, nil, err
+	}
+	return version, topics, agents, nil
+}
+
+func (s *EtcdStore) list(ctx context.Context, prefix string, each func([]byte) error) error {
+	r, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return fmt.Errorf("controlplane: etcd: %w", err)
+	}
+	for _, kv := range r.Kvs {
+		if err := each(kv.Value); err != nil {
+			return fmt.Errorf("controlplane: bad record %s: %w", kv.Key, err)
+		}
+	}
+	return nil
+}
+
+// PutTopic implements Store.
+func (s *EtcdStore) PutTopic(ctx context.Context, t Topic, version uint64) error {
+	b, err := json.Marshal(t)
+	if err != nil {
+		return err
+	}
+	_, err = s.cli.Txn(ctx).Then(
+		clientv3.OpPut(keyTopics+t.Name, string(b)),
+		clientv3.OpPut(keyVersion, strconv.FormatUint(version, 10)),
+	).Commit()
+	if err != nil {
+		return fmt.Errorf("controlplane: etcd: writing topic %s: %w", t.Name, err)
+	}
+	return nil
+}
+
+// DeleteTopic implements Store.
+func (s *EtcdStore) DeleteTopic(ctx context.Context, name string, version uint64) error {
+	_, err := s.cli.Txn(ctx).Then(
+		clientv3.OpDelete(keyTopics+name),
+		clientv3.OpPut(keyVersion, strconv.FormatUint(version, 10)),
+	).Commit()
+	if err != nil {
+		return fmt.Errorf("controlplane: etcd: deleting topic %s: %w", name, err)
+	}
+	return nil
+}
+
+// PutAgents implements Store, in transactions of at most 64 agents.
+func (s *EtcdStore) PutAgents(ctx context.Context, agents []Agent) error {
+	for len(agents) > 0 {
+		n := min(len(agents), 64)
+		ops := make([]clientv3.Op, 0, n)
+		for _, a := range agents[:n] {
+			b, err := json.Marshal(a)
+			if err != nil {
+				return err
+			}
+			ops = append(ops, clientv3.OpPut(keyAgents+a.Node, string(b)))
+		}
+		if _, err := s.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+			return fmt.Errorf("controlplane: etcd: writing agents: %w", err)
+		}
+		agents = agents[n:]
+	}
+	return nil
+}
+
+func eventKey(seq uint64) string { return fmt.Sprintf("%s%020d", keyEvents, seq) }
+
+// AppendEvent implements Store.
+func (s *EtcdStore) AppendEvent(ctx context.Context, e Event) (Event, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e.Seq = s.seq + 1
+	b, err := json.Marshal(e)
+	if err != nil {
+		return e, err
+	}
+	// Create only: a second writer on the same log fails instead of
+	// overwriting.
+	key := eventKey(e.Seq)
+	r, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, string(b))).Commit()
+	if err != nil {
+		return e, fmt.Errorf("controlplane: etcd: appending event: %w", err)
+	}
+	if !r.Succeeded {
+		return e, fmt.Errorf("controlplane: event %d written by another control plane", e.Seq)
+	}
+	s.seq = e.Seq
+	return e, nil
+}
+
+// Events implements Store.
+func (s *EtcdStore) Events(ctx context.Context, topic string, after uint64) ([]Event, error) {
+	var out []Event
+	err := s.list(ctx, keyEvents, func(b []byte) error {
+		var e Event
+		if err := json.Unmarshal(b, &e); err != nil {
+			return err
+		}
+		if e.Seq > after && (topic == "" || e.Topic == topic) {
+			out = append(out, e)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Follow implements Store: the events after seq, then each new one.
+func (s *EtcdStore) Follow(ctx context.Context, topic string, after uint64) (<-chan Event, error) {
+	r, err := s.cli.Get(ctx, keyVersion, clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, fmt.Errorf("controlplane: etcd: %w", err)
+	}
+	rev := r.Header.Revision
+	past, err := s.Events(ctx, topic, after)
+	if err != nil {
+		return nil, err
+	}
+	// Events appended between the two reads come from the watch; skip
+	// duplicates by sequence.
+	wch := s.cli.Watch(clientv3.WithRequireLeader(ctx), keyEvents, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	out := make(chan Event, 64)
+	go func() {
+		defer close(out)
+		last := after
+		send := func(e Event) bool {
+			if e.Seq <= last || (topic != "" && e.Topic != topic) {
+				return true
+			}
+			last = e.Seq
+			select {
+			case out <- e:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		for _, e := range past {
+			if !send(e) {
+				return
+			}
+		}
+		for w := range wch {
+			for _, ev := range w.Events {
+				var e Event
+				if json.Unmarshal(ev.Kv.Value, &e) == nil && !send(e) {
+					return
+				}
+			}
+		}
+	}()
+	return out, nil
+}

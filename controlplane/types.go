@@ -1,0 +1,119 @@
+package controlplane
+
+import (
+	"time"
+
+	"github.com/baton-kafka/baton/xds"
+)
+
+// Shadow switches the PROXY shadow-destination features (DESIGN section 8).
+type Shadow struct {
+	LatencyEmulation bool `json:"latencyEmulation,omitempty"`
+	AuthCheck        bool `json:"authCheck,omitempty"`
+	AuthEnforce      bool `json:"authEnforce,omitempty"`
+	Tagging          bool `json:"tagging,omitempty"`
+	Headroom         bool `json:"headroom,omitempty"`
+}
+
+// TopicSpec is what an operator sets when adding a topic.
+type TopicSpec struct {
+	Name string `json:"name"`
+	// State is REJECT or PROXY (default PROXY).
+	State State `json:"state"`
+	// Source and Destination name clusters (default: the control plane's).
+	Source      string `json:"source,omitempty"`
+	Destination string `json:"destination,omitempty"`
+	// Mode is "hold" (default) or "retriable".
+	Mode            string        `json:"mode,omitempty"`
+	HoldMax         time.Duration `json:"holdMax,omitempty"`
+	ForwardDeadline time.Duration `json:"forwardDeadline,omitempty"`
+	Target          xds.Target    `json:"target"`
+	Shadow          Shadow        `json:"shadow"`
+}
+
+// Cutover is an in-flight cutover attempt, kept with its topic.
+type Cutover struct {
+	Attempt   int       `json:"attempt"`
+	Version   uint64    `json:"version"`
+	StartedAt time.Time `json:"startedAt"`
+	Deadline  time.Time `json:"deadline"`
+	Actor     string    `json:"actor"`
+	Step      string    `json:"step"`
+}
+
+// Topic is a managed topic as stored.
+type Topic struct {
+	TopicSpec
+	// Version is the config version at which the topic's route last changed.
+	Version   uint64    `json:"version"`
+	Attempts  int       `json:"attempts"`
+	Cutover   *Cutover  `json:"cutover,omitempty"`
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// TopicDrain is one topic's forwarding state on an agent, as last reported.
+type TopicDrain struct {
+	InFlight          uint32 `json:"inFlight"`
+	StoppedForwarding bool   `json:"stoppedForwarding"`
+}
+
+// Agent is an agent's lease state as stored.
+type Agent struct {
+	Node          string                `json:"node"`
+	Namespace     string                `json:"namespace"`
+	Workload      string                `json:"workload"`
+	AckedVersion  uint64                `json:"ackedVersion"`
+	LastHeartbeat time.Time             `json:"lastHeartbeat"`
+	GrantedAt     time.Time             `json:"grantedAt"`
+	ExpiresAt     time.Time             `json:"expiresAt"`
+	Topics        map[string]TopicDrain `json:"topics,omitempty"`
+	Refused       string                `json:"refused,omitempty"`
+}
+
+// AgentView is an agent as `baton agents` shows it: its lease and its xDS
+// stream.
+type AgentView struct {
+	Agent
+	LeaseValid bool           `json:"leaseValid"`
+	XDS        xds.NodeStatus `json:"xds"`
+}
+
+// Event kinds of the audit log.
+const (
+	EventAdded          = "added"
+	EventTransition     = "transition"
+	EventRemoved        = "removed"
+	EventInitiated      = "initiated"
+	EventGateRefused    = "gate_refused"
+	EventWaitingOnAgent = "waiting_on_agent"
+	EventAgentDrained   = "agent_drained"
+	EventAgentExpired   = "agent_lease_expired"
+	EventDrained        = "drained"
+	EventEndOffsets     = "end_offsets"
+	EventLagZero        = "lag_zero"
+	EventReplStopped    = "replication_stopped"
+	EventGuardLifted    = "guard_lifted"
+	EventCompleted      = "completed"
+	EventTimedOut       = "timed_out"
+	EventFailed         = "failed"
+	EventAborted        = "aborted"
+	EventRolledBack     = "rolled_back"
+	EventRecovered      = "recovered_after_restart"
+)
+
+// Event is one audit log entry.
+type Event struct {
+	Seq     uint64    `json:"seq"`
+	Time    time.Time `json:"time"`
+	Topic   string    `json:"topic"`
+	Kind    string    `json:"kind"`
+	From    string    `json:"from,omitempty"`
+	To      string    `json:"to,omitempty"`
+	Actor   string    `json:"actor"`
+	Reason  string    `json:"reason,omitempty"`
+	Attempt int       `json:"attempt,omitempty"`
+	Agent   string    `json:"agent,omitempty"`
+	Version uint64    `json:"version,omitempty"`
+	// StartedAt is the cutover attempt's start, for cutover events.
+	StartedAt time.Time `json:"startedAt,omitzero"`
+}

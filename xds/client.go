@@ -1,0 +1,377 @@
+package xds
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+)
+
+// Client defaults.
+const (
+	DefaultMinBackoff = 100 * time.Millisecond
+	DefaultMaxBackoff = 5 * time.Second
+	// DefaultLease is what a LeaseKeeper assumes before its first grant.
+	DefaultLease = 5 * time.Second
+)
+
+// ClientOpt configures NewClient and NewLeaseKeeper.
+type ClientOpt interface{ applyClient(*clientConfig) }
+
+type clientOptFunc func(*clientConfig)
+
+func (f clientOptFunc) applyClient(c *clientConfig) { f(c) }
+
+type clientConfig struct {
+	onRoutes   func(version uint64, routes []*batonv1.TopicRoute) error
+	onClusters func(version string, clusters []*batonv1.Cluster) error
+	minBackoff time.Duration
+	maxBackoff time.Duration
+	log        *slog.Logger
+	now        func() time.Time
+}
+
+// OnRoutes sets the callback applying each TopicRoute response (the full
+// set, SotW). An error NACKs the response with the error's text and leaves
+// the acked version where it was. Default: accept everything.
+func OnRoutes(f func(version uint64, routes []*batonv1.TopicRoute) error) ClientOpt {
+	return clientOptFunc(func(c *clientConfig) { c.onRoutes = f })
+}
+
+// OnClusters sets the callback applying each Cluster response, like OnRoutes.
+func OnClusters(f func(version string, clusters []*batonv1.Cluster) error) ClientOpt {
+	return clientOptFunc(func(c *clientConfig) { c.onClusters = f })
+}
+
+// Backoff bounds the wait between reconnects, doubling from min to max
+// (default 100 ms to 5 s).
+func Backoff(min, max time.Duration) ClientOpt {
+	return clientOptFunc(func(c *clientConfig) { c.minBackoff, c.maxBackoff = min, max })
+}
+
+// ClientLogger sets the logger (default slog.Default()).
+func ClientLogger(l *slog.Logger) ClientOpt {
+	return clientOptFunc(func(c *clientConfig) { c.log = l })
+}
+
+// ClientClock sets the lease clock of a LeaseKeeper (default time.Now).
+func ClientClock(now func() time.Time) ClientOpt {
+	return clientOptFunc(func(c *clientConfig) { c.now = now })
+}
+
+func newClientConfig(opts []ClientOpt) (clientConfig, error) {
+	cfg := clientConfig{minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff, log: slog.Default(), now: time.Now,
+		onRoutes:   func(uint64, []*batonv1.TopicRoute) error { return nil },
+		onClusters: func(string, []*batonv1.Cluster) error { return nil }}
+	for _, o := range opts {
+		o.applyClient(&cfg)
+	}
+	if cfg.minBackoff <= 0 || cfg.maxBackoff < cfg.minBackoff {
+		return cfg, fmt.Errorf("%w: backoff %v..%v", ErrBadConfig, cfg.minBackoff, cfg.maxBackoff)
+	}
+	return cfg, nil
+}
+
+// Client subscribes to Baton's resources over ADS for one node, applies
+// every response through its callbacks and ACKs or NACKs it. Run keeps it
+// connected.
+type Client struct {
+	cfg  clientConfig
+	conn grpc.ClientConnInterface
+	node *core.Node
+
+	mu         sync.Mutex
+	acked      uint64
+	clusterVer string
+	connected  bool
+	changed    chan struct{}
+}
+
+// NewClient returns a client for node (see NodeMeta) over conn.
+func NewClient(conn grpc.ClientConnInterface, node *core.Node, opts ...ClientOpt) (*Client, error) {
+	cfg, err := newClientConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if node.GetId() == "" {
+		return nil, fmt.Errorf("%w: node id is required", ErrBadConfig)
+	}
+	return &Client{cfg: cfg, conn: conn, node: node, changed: make(chan struct{})}, nil
+}
+
+// AckedVersion is the newest TopicRoute version applied and ACKed.
+func (c *Client) AckedVersion() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.acked
+}
+
+// WaitVersion waits until the client ACKed TopicRoute version v or newer.
+func (c *Client) WaitVersion(ctx context.Context, v uint64) error {
+	for {
+		c.mu.Lock()
+		acked, ch := c.acked, c.changed
+		c.mu.Unlock()
+		if acked >= v {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("xds: waiting for version %d (acked %d): %w", v, acked, ctx.Err())
+		case <-ch:
+		}
+	}
+}
+
+// Run subscribes and reconnects with backoff until ctx ends; it returns nil
+// then.
+func (c *Client) Run(ctx context.Context) error {
+	backoff := c.cfg.minBackoff
+	for ctx.Err() == nil {
+		start := time.Now()
+		err := c.stream(ctx)
+		c.setConnected(false)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if time.Since(start) > c.cfg.maxBackoff {
+			backoff = c.cfg.minBackoff
+		}
+		c.cfg.log.Warn("xds stream ended; reconnecting", "node", c.node.GetId(), "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, c.cfg.maxBackoff)
+	}
+	return nil
+}
+
+func (c *Client) setConnected(b bool) {
+	c.mu.Lock()
+	c.connected = b
+	close(c.changed)
+	c.changed = make(chan struct{})
+	c.mu.Unlock()
+}
+
+func (c *Client) stream(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := discovery.NewAggregatedDiscoveryServiceClient(c.conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	routeVer, clusterVer := FormatVersion(c.acked), c.clusterVer
+	c.mu.Unlock()
+	if c.acked == 0 {
+		routeVer = ""
+	}
+	// Clusters first: routes name them.
+	for _, r := range []*discovery.DiscoveryRequest{
+		{Node: c.node, TypeUrl: ClusterType, VersionInfo: clusterVer},
+		{Node: c.node, TypeUrl: TopicRouteType, VersionInfo: routeVer},
+	} {
+		if err := st.Send(r); err != nil {
+			return err
+		}
+	}
+	c.setConnected(true)
+	for {
+		resp, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			return errors.New("xds: server closed the stream")
+		}
+		if err != nil {
+			return err
+		}
+		ack := c.apply(resp)
+		if err := st.Send(ack); err != nil {
+			return err
+		}
+	}
+}
+
+// apply decodes and applies one response, and returns its ACK or NACK.
+func (c *Client) apply(resp *discovery.DiscoveryResponse) *discovery.DiscoveryRequest {
+	req := &discovery.DiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResponseNonce: resp.GetNonce()}
+	err := c.applyErr(resp)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		c.cfg.log.Warn("NACK", "node", c.node.GetId(), "type", resp.GetTypeUrl(), "version", resp.GetVersionInfo(), "err", err)
+		req.ErrorDetail = &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: err.Error()}
+		if resp.GetTypeUrl() == ClusterType {
+			req.VersionInfo = c.clusterVer
+		} else if c.acked > 0 {
+			req.VersionInfo = FormatVersion(c.acked)
+		}
+		return req
+	}
+	req.VersionInfo = resp.GetVersionInfo()
+	if resp.GetTypeUrl() == ClusterType {
+		c.clusterVer = resp.GetVersionInfo()
+	} else {
+		v, _ := ParseVersion(resp.GetVersionInfo())
+		c.acked = max(c.acked, v)
+	}
+	close(c.changed)
+	c.changed = make(chan struct{})
+	return req
+}
+
+func (c *Client) applyErr(resp *discovery.DiscoveryResponse) error {
+	switch resp.GetTypeUrl() {
+	case TopicRouteType:
+		v, err := ParseVersion(resp.GetVersionInfo())
+		if err != nil {
+			return err
+		}
+		routes := make([]*batonv1.TopicRoute, 0, len(resp.GetResources()))
+		for i, a := range resp.GetResources() {
+			r := &batonv1.TopicRoute{}
+			if err := a.UnmarshalTo(r); err != nil {
+				return fmt.Errorf("%w: resources[%d]: %v", ErrBadResource, i, err)
+			}
+			if err := ValidateRoute(r); err != nil {
+				return fmt.Errorf("resources[%d]: %w", i, err)
+			}
+			routes = append(routes, r)
+		}
+		return c.cfg.onRoutes(v, routes)
+	case ClusterType:
+		cls := make([]*batonv1.Cluster, 0, len(resp.GetResources()))
+		for i, a := range resp.GetResources() {
+			cl := &batonv1.Cluster{}
+			if err := a.UnmarshalTo(cl); err != nil {
+				return fmt.Errorf("%w: resources[%d]: %v", ErrBadResource, i, err)
+			}
+			if cl.GetName() == "" || len(cl.GetBootstrap()) == 0 {
+				return fmt.Errorf("%w: resources[%d]: cluster needs a name and bootstrap brokers", ErrBadResource, i)
+			}
+			cls = append(cls, cl)
+		}
+		return c.cfg.onClusters(resp.GetVersionInfo(), cls)
+	default:
+		return fmt.Errorf("%w: unexpected type %s", ErrBadResource, resp.GetTypeUrl())
+	}
+}
+
+// ValidateRoute checks what every agent relies on in a TopicRoute.
+func ValidateRoute(r *batonv1.TopicRoute) error {
+	switch {
+	case r.GetTopic() == "":
+		return fmt.Errorf("%w: topic is empty", ErrBadResource)
+	case r.GetState() == batonv1.State_STATE_UNSPECIFIED || batonv1.State_name[int32(r.GetState())] == "":
+		return fmt.Errorf("%w: topic %s: state %v", ErrBadResource, r.GetTopic(), r.GetState())
+	case r.GetHoldMax().AsDuration() < 0, r.GetForwardDeadline().AsDuration() < 0:
+		return fmt.Errorf("%w: topic %s: negative duration", ErrBadResource, r.GetTopic())
+	}
+	return nil
+}
+
+// LeaseKeeper holds an agent's lease: it heartbeats every lease/3 and says
+// whether the lease is valid. The lease clock starts when a heartbeat is
+// sent (DESIGN section 5), so the agent's expiry is never later than the
+// control plane's.
+type LeaseKeeper struct {
+	cfg    clientConfig
+	client batonv1.LeaseClient
+	node   *core.Node
+	report func() (acked uint64, topics []*batonv1.TopicDrain)
+
+	mu         sync.Mutex
+	validUntil time.Time
+	lease      time.Duration
+	last       *batonv1.HeartbeatResponse
+}
+
+// NewLeaseKeeper returns a keeper for node; report is called for every
+// heartbeat and returns the applied config version and per-topic drain.
+func NewLeaseKeeper(conn grpc.ClientConnInterface, node *core.Node,
+	report func() (uint64, []*batonv1.TopicDrain), opts ...ClientOpt) (*LeaseKeeper, error) {
+	cfg, err := newClientConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if node.GetId() == "" || report == nil {
+		return nil, fmt.Errorf("%w: node id and report are required", ErrBadConfig)
+	}
+	return &LeaseKeeper{cfg: cfg, client: batonv1.NewLeaseClient(conn), node: node, report: report, lease: DefaultLease}, nil
+}
+
+// Valid reports whether the agent holds a lease now: it may forward.
+func (k *LeaseKeeper) Valid() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.cfg.now().Before(k.validUntil)
+}
+
+// Last returns the last heartbeat answer, nil before the first.
+func (k *LeaseKeeper) Last() *batonv1.HeartbeatResponse {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.last
+}
+
+// Heartbeat sends one heartbeat and, if granted, extends the lease to
+// send time + lease.
+func (k *LeaseKeeper) Heartbeat(ctx context.Context) (*batonv1.HeartbeatResponse, error) {
+	acked, topics := k.report()
+	ns, wl := nodeLabels(k.node)
+	sent := k.cfg.now()
+	resp, err := k.client.Heartbeat(ctx, &batonv1.HeartbeatRequest{NodeId: k.node.GetId(), Namespace: ns, Workload: wl,
+		AckedVersion: acked, Topics: topics, SentAt: timestamppb.New(sent)})
+	if err != nil {
+		return nil, err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.last = resp
+	if d := resp.GetLease(); d != nil && d.AsDuration() > 0 {
+		k.lease = d.AsDuration()
+	}
+	if resp.GetGranted() {
+		k.validUntil = sent.Add(k.lease)
+	}
+	return resp, nil
+}
+
+// Run heartbeats every lease/3 until ctx ends (sooner after a refusal or
+// an error), and returns nil then.
+func (k *LeaseKeeper) Run(ctx context.Context) error {
+	for {
+		resp, err := k.Heartbeat(ctx)
+		k.mu.Lock()
+		every := k.lease / 3
+		k.mu.Unlock()
+		switch {
+		case err != nil:
+			k.cfg.log.Warn("heartbeat failed", "node", k.node.GetId(), "err", err)
+			every = min(every, k.cfg.minBackoff*4)
+		case !resp.GetGranted():
+			k.cfg.log.Warn("lease refused", "node", k.node.GetId(), "reason", resp.GetReason(),
+				"required", resp.GetRequiredVersion())
+			every = min(every, k.cfg.minBackoff*4)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(every):
+		}
+	}
+}
