@@ -23,9 +23,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"google.golang.org/grpc"
 
 	"github.com/baton-kafka/baton/filter"
 )
@@ -63,6 +65,8 @@ type config struct {
 	filters         []filter.Factory
 	log             *slog.Logger
 	registry        *prometheus.Registry
+	cpConn          grpc.ClientConnInterface
+	cpNode          *core.Node
 }
 
 // Listen sets the address producers connect to, overriding 127.0.0.1:9092.
@@ -122,8 +126,10 @@ type Agent struct {
 	src     *upstream
 	dst     *upstream
 	nodeID  int32
-	metrics *metrics
-	epochs  *epochs
+	metrics  *metrics
+	epochs   *epochs
+	cp       *cpLink // nil with static routes
+	inflight inflight
 
 	ln      net.Listener
 	adminLn net.Listener
@@ -178,6 +184,7 @@ func New(opts ...Opt) (*Agent, error) {
 			return nil, fmt.Errorf("%w: bootstrap %q: %w", ErrBadConfig, b, err)
 		}
 	}
+	var err error
 	a := &Agent{
 		cfg:    cfg,
 		log:    cfg.log,
@@ -187,6 +194,11 @@ func New(opts ...Opt) (*Agent, error) {
 		conns:  map[uint64]net.Conn{},
 	}
 	a.metrics = newMetrics(cfg.registry)
+	if cfg.cpConn != nil {
+		if a.cp, err = a.newCPLink(); err != nil {
+			return nil, err
+		}
+	}
 	readTO := 60 * time.Second
 	a.src = newUpstream("source", cfg.source, cfg.upstreamConns, 10*time.Second, readTO, a.log)
 	a.dst = newUpstream("destination", cfg.destination, cfg.upstreamConns, 10*time.Second, readTO, a.log)
@@ -240,6 +252,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		srv := &http.Server{Handler: a.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
 		go srv.Serve(a.adminLn)
 		defer srv.Close()
+	}
+	if a.cp != nil {
+		cpDone := make(chan struct{})
+		go func() { defer close(cpDone); a.cp.run(ctx) }()
+		defer func() { cancel(); <-cpDone }()
 	}
 	if err := a.learnVersions(ctx); err != nil {
 		a.ln.Close()

@@ -36,7 +36,9 @@ func (a *Agent) serveConn(ctx context.Context, id uint64, nc net.Conn) {
 	defer nc.Close()
 
 	info := filter.ConnInfo{ID: id, Remote: nc.RemoteAddr().String(), Local: nc.LocalAddr().String()}
-	chain := filter.NewChain(info, a.cfg.filters, &router{a: a, slot: id})
+	rt := &router{a: a, slot: id}
+	defer rt.close() // after the writer: nothing waits on them then
+	chain := filter.NewChain(info, a.cfg.filters, rt)
 	queue := make(chan queued, maxPipelined)
 	writerDone := make(chan struct{})
 
@@ -47,6 +49,13 @@ func (a *Agent) serveConn(ctx context.Context, id uint64, nc net.Conn) {
 		}
 		cancel()
 		nc.Close() // unblock the reader
+		// Finish what is still queued, unwritten, so that every exchange
+		// runs its response side once (filters and drain counts see it
+		// end) and its buffer goes back to the pool.
+		for q := range queue {
+			chain.Response(ctx, q.s)
+			putBuf(q.frame)
+		}
 	}()
 
 	br := bufio.NewReaderSize(nc, 64<<10)
@@ -70,12 +79,7 @@ func (a *Agent) serveConn(ctx context.Context, id uint64, nc net.Conn) {
 			break
 		}
 		x.Received = time.Now()
-		s := chain.Request(ctx, x)
-		select {
-		case queue <- queued{s, frame}:
-		case <-writerDone:
-			return
-		}
+		queue <- queued{chain.Request(ctx, x), frame}
 	}
 	close(queue)
 	cancel() // answers still pending are not wanted: the client is gone

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"crypto/sha256"
 	"sync"
 	"time"
 
@@ -46,6 +47,21 @@ func (e *epochs) get(up *upstream, topic string, partition, leader, upEpoch int3
 	}
 	e.m[k] = st
 	return st.syn
+}
+
+// topicID is the id the agent reports for topic: derived from its name, so
+// it is the same whichever cluster the topic routes to and across agent
+// restarts. Real ids differ between the clusters, and clients treat a
+// changed id as a deleted and recreated topic (franz-go fails buffered
+// records with UNKNOWN_TOPIC_ID). Requests that name topics by id are not
+// advertised (Produce and Fetch stop at v12), so no id goes upstream.
+func topicID(topic string) [16]byte {
+	sum := sha256.Sum256([]byte("baton topic id\x00" + topic))
+	var id [16]byte
+	copy(id[:], sum[:16])
+	id[6] = id[6]&0x0f | 0x80 // version 8 (custom), RFC 9562
+	id[8] = id[8]&0x3f | 0x80 // RFC 4122 variant
+	return id
 }
 
 // rewritePartitions makes the agent the leader and only replica of every

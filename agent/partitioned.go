@@ -107,7 +107,7 @@ func (r *router) sendShards(ctx context.Context, shards []*shard, key, ver int16
 			}
 		}
 		body := req.AppendTo(getBuf(encodedSizeHint(req))[:0])
-		cl, err := s.up.send(ctx, s.addr, r.slot, key, ver, clientID, body, expect)
+		cl, err := r.sendUp(ctx, s.up, s.addr, key, ver, clientID, body, expect)
 		putBuf(body) // send wrote it
 		out[i] = sent{s: s, cl: cl, err: err}
 	}
@@ -167,6 +167,10 @@ func (r *router) writeUpstream(ctx context.Context, topic string) *upstream {
 	}
 	switch route.Target() {
 	case ToSource:
+		if !r.a.waitLease(ctx, route.HoldMax) {
+			// No lease: the control plane may have moved on without us.
+			return nil
+		}
 		return r.a.src
 	case ToDestination:
 		return r.a.dst
@@ -243,7 +247,20 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 			return sub
 		}, expect)
 	}
+	// Count what went to the source until it is answered (or could no
+	// longer be written), for the drain the control plane waits on.
+	srcSet := map[string]bool{}
+	for _, sh := range ss {
+		if sh.err == nil && sh.s.up == r.a.src {
+			for _, i := range sh.s.idx {
+				srcSet[parts[i].topic] = true
+			}
+		}
+	}
+	srcTopics := sortedTopics(srcSet)
+	r.a.inflight.add(srcTopics, 1)
 	if !expect {
+		r.a.inflight.done(srcTopics, false, start, r.a.cfg.forwardDeadline)
 		x.NoResponse = true
 		for _, s := range ss {
 			if s.err != nil {
@@ -263,9 +280,14 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 			results[i].ErrorCode = codes[i]
 		}
 		var throttle int32
+		srcAnswered := true
+		defer func() { r.a.inflight.done(srcTopics, srcAnswered, start, r.a.cfg.forwardDeadline) }()
 		r.collect(ctx, ss, 0, req.Version, start, func() kmsg.Response { return kmsg.NewPtrProduceResponse() },
 			func(s *shard, resp kmsg.Response, err error) {
 				if err != nil {
+					if s.up == r.a.src {
+						srcAnswered = false
+					}
 					// Uncertain: it may have been written. Retriable, never success.
 					r.a.log.Debug("produce forward failed", "cluster", s.up.name, "broker", s.addr, "err", err)
 					for _, i := range s.idx {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -31,7 +32,82 @@ func (f pendingFunc) Wait(ctx context.Context) error { return f(ctx) }
 type router struct {
 	a    *Agent
 	slot uint64 // which pooled upstream connection this client uses
+
+	// own holds upstream connections of this client connection alone, for
+	// the requests a broker may park (see parks). Closed with the client
+	// connection.
+	ownMu  sync.Mutex
+	own    map[ownKey]*brokerConn
+	closed bool
 }
+
+type ownKey struct {
+	up   *upstream
+	addr string
+}
+
+// parks says whether a broker may hold a request of this key for long: a
+// Fetch up to its MaxWait for data, a JoinGroup until the members have
+// joined, a SyncGroup until the leader has assigned. A broker answers one
+// connection's requests in order, so on a pooled connection such a request
+// would hold up every other client connection sharing it (and their
+// produce would pass the forward deadline). These go on an upstream
+// connection of their client connection alone, as if the client had dialed
+// the broker itself.
+func parks(key int16) bool {
+	switch key {
+	case 1, 11, 14: // Fetch, JoinGroup, SyncGroup
+		return true
+	}
+	return false
+}
+
+// sendUp writes a request body to addr: on the pooled upstream connection,
+// or on the client connection's own one for requests a broker may park.
+func (r *router) sendUp(ctx context.Context, up *upstream, addr string, key, ver int16, clientID *string, body []byte, expect bool) (*call, error) {
+	if !parks(key) {
+		return up.send(ctx, addr, r.slot, key, ver, clientID, body, expect)
+	}
+	c, err := r.ownConn(ctx, up, addr)
+	if err != nil {
+		return nil, err
+	}
+	return c.send(key, ver, clientID, body, expect)
+}
+
+func (r *router) ownConn(ctx context.Context, up *upstream, addr string) (*brokerConn, error) {
+	k := ownKey{up, addr}
+	r.ownMu.Lock()
+	defer r.ownMu.Unlock()
+	if r.closed {
+		return nil, fmt.Errorf("%w: %s: the client connection closed", ErrUpstreamClosed, addr)
+	}
+	if c := r.own[k]; c != nil && !c.isDead() {
+		return c, nil
+	}
+	c, err := dialBroker(ctx, addr, up.dialTO, up.readTO)
+	if err != nil {
+		return nil, fmt.Errorf("%s cluster: dialing %s: %w", up.name, addr, err)
+	}
+	if r.own == nil {
+		r.own = map[ownKey]*brokerConn{}
+	}
+	r.own[k] = c
+	return c, nil
+}
+
+// close closes the client connection's own upstream connections.
+func (r *router) close() {
+	r.ownMu.Lock()
+	defer r.ownMu.Unlock()
+	r.closed = true
+	for _, c := range r.own {
+		c.die(errClientGone)
+	}
+	r.own = nil
+}
+
+var errClientGone = errors.New("client connection closed")
 
 var _ filter.Handler = (*router)(nil)
 
@@ -151,7 +227,7 @@ func coordinatorOf(req kmsg.Request) (int8, string, bool) {
 // with the broker's response body unchanged.
 func (r *router) forwardRaw(ctx context.Context, x *filter.Exchange, up *upstream, addr string) filter.Pending {
 	start := time.Now()
-	cl, err := up.send(ctx, addr, r.slot, x.Header.APIKey, x.Header.APIVersion, x.Header.ClientID, x.RawReq, true)
+	cl, err := r.sendUp(ctx, up, addr, x.Header.APIKey, x.Header.APIVersion, x.Header.ClientID, x.RawReq, true)
 	if err != nil {
 		return filter.Done{Err: err}
 	}
@@ -248,6 +324,9 @@ func (r *router) metadata(ctx context.Context, x *filter.Exchange, req *kmsg.Met
 				continue
 			}
 			t.Partitions = r.a.rewritePartitions(up, *t.Topic, t.Partitions)
+			if t.TopicID != ([16]byte{}) {
+				t.TopicID = topicID(*t.Topic)
+			}
 			resp.Topics = append(resp.Topics, t)
 		}
 		return nil

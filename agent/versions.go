@@ -5,15 +5,16 @@ import (
 )
 
 // agentKeys are the requests the agent serves, with the highest version it
-// serves of each. Produce and Fetch stop at v12: v13 names topics by id,
-// and ids differ between the two clusters.
+// serves of each. Requests stop below the version that names topics by id
+// (Produce and Fetch v13, OffsetCommit and OffsetFetch v10, ...): ids
+// differ between the two clusters, and the agent reports its own (topicID).
 var agentKeys = map[int16]int16{
 	0:  12,  // Produce
 	1:  12,  // Fetch
 	2:  127, // ListOffsets
 	3:  12,  // Metadata (v13 only adds a top-level error)
-	8:  127, // OffsetCommit
-	9:  127, // OffsetFetch
+	8:  9,   // OffsetCommit (v10 names topics by id)
+	9:  9,   // OffsetFetch (v10 names topics by id)
 	10: 127, // FindCoordinator
 	11: 127, // JoinGroup
 	12: 127, // Heartbeat
@@ -22,13 +23,13 @@ var agentKeys = map[int16]int16{
 	15: 127, // DescribeGroups
 	18: 127, // ApiVersions
 	19: 127, // CreateTopics
-	20: 127, // DeleteTopics
+	20: 5,   // DeleteTopics (v6 may name topics by id)
 	22: 127, // InitProducerId
 	23: 127, // OffsetForLeaderEpoch
 	24: 3,   // AddPartitionsToTxn (v4+ is broker to broker)
 	25: 127, // AddOffsetsToTxn
 	26: 127, // EndTxn
-	28: 127, // TxnOffsetCommit
+	28: 5,   // TxnOffsetCommit (v6 names topics by id)
 	29: 127, // DescribeAcls
 	30: 127, // CreateAcls
 	31: 127, // DeleteAcls

@@ -73,7 +73,10 @@ func OpenEtcd(ctx context.Context, endpoints []string) (*EtcdStore, error) {
 func OpenEmbedded(ctx context.Context, dir string) (*EtcdStore, error) {
 	cfg := embed.NewConfig()
 	cfg.Dir = dir
-	cfg.LogLevel = "error"
+	// etcd logs "server closed" at level error on every clean Close; what
+	// goes wrong at start still comes back as an error from StartEtcd or
+	// the readiness wait below.
+	cfg.LogLevel = "fatal"
 	cfg.Logger = "zap"
 	ports, err := freePorts(2)
 	if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -10,15 +11,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/baton-kafka/baton/agent"
 	"github.com/baton-kafka/baton/filter"
 	"github.com/baton-kafka/baton/filter/metrics"
+	"github.com/baton-kafka/baton/xds"
 )
 
 func newAgentCmd() *cobra.Command {
 	var (
 		listen, advertise, admin, source, destination, routesFile, logLevel string
+		controlPlane, nodeID, namespace, workload                           string
 		maxFrame                                                            int32
 		forwardDeadline                                                     time.Duration
 		upstreamConns                                                       int
@@ -42,13 +47,30 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 					return fmt.Errorf("--routes %s: %w", routesFile, err)
 				}
 			}
+			var cpOpts []agent.Opt
+			if controlPlane != "" {
+				if routesFile != "" {
+					return errors.New("--routes and --control-plane exclude each other: routes come from one place")
+				}
+				if nodeID == "" {
+					if nodeID, err = os.Hostname(); err != nil {
+						return fmt.Errorf("--node-id: none given and no hostname: %w", err)
+					}
+				}
+				conn, err := grpc.NewClient(controlPlane, grpc.WithTransportCredentials(insecure.NewCredentials()))
+				if err != nil {
+					return fmt.Errorf("--control-plane %s: %w", controlPlane, err)
+				}
+				defer conn.Close()
+				cpOpts = append(cpOpts, agent.ControlPlane(conn, xds.NodeMeta(nodeID, namespace, workload)))
+			}
 			reg := prometheus.NewRegistry()
 			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 			mf, err := metrics.New(reg)
 			if err != nil {
 				return err
 			}
-			a, err := agent.New(
+			a, err := agent.New(append([]agent.Opt{
 				agent.Listen(listen), agent.Advertise(advertise), agent.Admin(admin),
 				agent.Source(splitList(source)...), agent.Destination(splitList(destination)...),
 				agent.Routes(agent.NewRouteTable(routes)),
@@ -56,7 +78,7 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 				agent.UpstreamConns(upstreamConns),
 				agent.Filters([]filter.Factory{mf}...),
 				agent.Logger(log), agent.Registry(reg),
-			)
+			}, cpOpts...)...)
 			if err != nil {
 				return err
 			}
@@ -76,6 +98,10 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 	f.Int32Var(&maxFrame, "max-frame-bytes", agent.DefaultMaxFrameBytes, "largest request frame accepted; larger closes the connection")
 	f.DurationVar(&forwardDeadline, "forward-deadline", agent.DefaultForwardDeadline, "a produce unanswered upstream this long is answered with a retriable error")
 	f.IntVar(&upstreamConns, "upstream-conns", agent.DefaultUpstreamConns, "connections per upstream broker")
+	f.StringVar(&controlPlane, "control-plane", "", "control plane gRPC address: routes over xDS and a lease (instead of --routes)")
+	f.StringVar(&nodeID, "node-id", "", "this agent's node id at the control plane (default: the hostname)")
+	f.StringVar(&namespace, "namespace", "", "node metadata: the workload's namespace, for staged rollout")
+	f.StringVar(&workload, "workload", "", "node metadata: the workload's name")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	_ = cmd.MarkFlagRequired("source")
 	_ = cmd.MarkFlagRequired("destination")

@@ -1,0 +1,188 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/grpc"
+
+	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/xds"
+)
+
+// ControlPlane makes the agent take its routes over xDS and hold a lease
+// from a Baton control plane on conn, as node (see xds.NodeMeta), instead
+// of static routes. Then the agent forwards to the source only while its
+// lease is valid (DESIGN section 5); without one, writes are answered with
+// the retriable error.
+func ControlPlane(conn grpc.ClientConnInterface, node *core.Node) Opt {
+	return optFunc(func(c *config) { c.cpConn, c.cpNode = conn, node })
+}
+
+// cpLink is the agent's side of the control plane: the xDS subscription,
+// the lease, and what the heartbeats report.
+type cpLink struct {
+	client  *xds.Client
+	keeper  *xds.LeaseKeeper
+	applied atomic.Uint64 // TopicRoute version applied to the route table
+}
+
+func (a *Agent) newCPLink() (*cpLink, error) {
+	l := &cpLink{}
+	var err error
+	l.client, err = xds.NewClient(a.cfg.cpConn, a.cfg.cpNode, xds.OnRoutes(a.applyRoutes), xds.ClientLogger(a.log))
+	if err != nil {
+		return nil, fmt.Errorf("%w: control plane: %w", ErrBadConfig, err)
+	}
+	l.keeper, err = xds.NewLeaseKeeper(a.cfg.cpConn, a.cfg.cpNode, a.leaseReport, xds.ClientLogger(a.log))
+	if err != nil {
+		return nil, fmt.Errorf("%w: control plane: %w", ErrBadConfig, err)
+	}
+	return l, nil
+}
+
+func (l *cpLink) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); _ = l.client.Run(ctx) }()
+	go func() { defer wg.Done(); _ = l.keeper.Run(ctx) }()
+	wg.Wait()
+}
+
+// applyRoutes replaces the route table with what the control plane sent.
+// An error NACKs the version.
+func (a *Agent) applyRoutes(version uint64, trs []*batonv1.TopicRoute) error {
+	routes := make([]Route, 0, len(trs))
+	for _, tr := range trs {
+		r := Route{Topic: tr.GetTopic(), HoldMax: tr.GetHoldMax().AsDuration()}
+		switch tr.GetState() {
+		case batonv1.State_STATE_REJECT:
+			r.State = Reject
+		case batonv1.State_STATE_PROXY:
+			r.State = Proxy
+		case batonv1.State_STATE_MIGRATING:
+			r.State = Migrating
+		case batonv1.State_STATE_COMPLETE:
+			r.State = Complete
+		default:
+			return fmt.Errorf("topic %q: state %v", tr.GetTopic(), tr.GetState())
+		}
+		if tr.GetMode() == batonv1.HoldMode_HOLD_MODE_RETRIABLE {
+			r.Mode = Retriable
+		}
+		routes = append(routes, r)
+	}
+	a.routes.Replace(routes)
+	a.cp.applied.Store(version)
+	a.log.Info("routes applied", "version", version, "topics", len(routes))
+	// Tell the control plane now rather than at the next renewal: a lease
+	// is granted only to an agent that applied the newest version.
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, _ = a.cp.keeper.Heartbeat(ctx)
+	}()
+	return nil
+}
+
+// leaseReport is what every heartbeat carries: the applied version and,
+// per managed topic, forwarded produce requests still in flight and
+// whether the agent has stopped forwarding the topic.
+func (a *Agent) leaseReport() (uint64, []*batonv1.TopicDrain) {
+	routes, _ := a.routes.Snapshot()
+	out := make([]*batonv1.TopicDrain, 0, len(routes))
+	for _, r := range routes {
+		n := a.inflight.count(r.Topic)
+		stopped := r.Target() != ToSource
+		out = append(out, &batonv1.TopicDrain{Topic: r.Topic, InFlight: uint32(n), StoppedForwarding: stopped, Drained: stopped && n == 0})
+	}
+	return a.cp.applied.Load(), out
+}
+
+// waitLease says whether the agent may write to the source: with static
+// routes always; with a control plane while it holds a valid lease. Without
+// one it waits up to max (a lease gap is usually a renewal in flight, or the
+// first grant at start), then gives up.
+func (a *Agent) waitLease(ctx context.Context, max time.Duration) bool {
+	if a.cp == nil || a.cp.keeper.Valid() {
+		return true
+	}
+	if max <= 0 {
+		max = DefaultHoldMax
+	}
+	a.metrics.held.Inc()
+	defer a.metrics.held.Dec()
+	deadline := time.NewTimer(max)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-deadline.C:
+			return a.cp.keeper.Valid()
+		case <-tick.C:
+			if a.cp.keeper.Valid() {
+				return true
+			}
+		}
+	}
+}
+
+// inflight counts forwarded produce requests per topic that the source
+// may still write. A request stops counting when the source answers it, or,
+// when the answer is lost (deadline, connection closed), one forward
+// deadline after it was sent: the broker may still be working on it until
+// then, and the control plane must not count the topic drained before.
+type inflight struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (f *inflight) add(topics []string, d int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n == nil {
+		f.n = map[string]int{}
+	}
+	for _, t := range topics {
+		f.n[t] += d
+		if f.n[t] <= 0 {
+			delete(f.n, t)
+		}
+	}
+}
+
+func (f *inflight) count(topic string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n[topic]
+}
+
+// done ends the count for topics: now if answered, else at sent + deadline.
+func (f *inflight) done(topics []string, answered bool, sent time.Time, deadline time.Duration) {
+	if len(topics) == 0 {
+		return
+	}
+	if wait := time.Until(sent.Add(deadline)); !answered && wait > 0 {
+		time.AfterFunc(wait, func() { f.add(topics, -1) })
+		return
+	}
+	f.add(topics, -1)
+}
+
+// sortedTopics returns the distinct topics of a set, sorted.
+func sortedTopics(set map[string]bool) []string {
+	out := make([]string, 0, len(set))
+	for t := range set {
+		out = append(out, t)
+	}
+	sort.Strings(out)
+	return out
+}
