@@ -120,12 +120,12 @@ func Registry(r *prometheus.Registry) Opt { return optFunc(func(c *config) { c.r
 
 // Agent is a running sidecar.
 type Agent struct {
-	cfg     config
-	log     *slog.Logger
-	routes  *RouteTable
-	src     *upstream
-	dst     *upstream
-	nodeID  int32
+	cfg      config
+	log      *slog.Logger
+	routes   *RouteTable
+	src      *upstream
+	dst      *upstream
+	nodeID   int32
 	metrics  *metrics
 	epochs   *epochs
 	cp       *cpLink // nil with static routes

@@ -11,10 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
-
 	"github.com/baton-kafka/baton/test/embedded"
 	"github.com/baton-kafka/baton/test/kafka"
 )
@@ -29,29 +25,6 @@ const (
 	smokePartitions = 6
 	smokeBrokers    = 3
 )
-
-// driverCase is one client of the matrix and what it supports.
-type driverCase struct {
-	p Producer
-	// headers says whether the client can send the per-record headers.
-	headers bool
-	// codecs it supports besides none.
-	codecs []string
-}
-
-var allCodecs = []string{"gzip", "snappy", "lz4", "zstd"}
-
-// matrix lists the drivers under test.
-var matrix = []driverCase{
-	{p: Franz{}, headers: true, codecs: allCodecs},
-	{p: Sarama{}, headers: true, codecs: allCodecs},
-	// kcat: -H is per run, so no per-record baton-seq; Debian's librdkafka
-	// 2.0.2 cannot compress gzip, snappy or lz4 for Kafka 4 or kfake.
-	{p: Kcat{}, headers: false, codecs: kcatCodecs()},
-	{p: Kafkajs{}, headers: true, codecs: []string{"gzip"}},
-	{p: Python{}, headers: true, codecs: allCodecs},
-	{p: Java{}, headers: true, codecs: allCodecs},
-}
 
 // clusterTarget is a cluster the matrix runs against, started at most once
 // per test binary (on first use) and stopped by TestMain.
@@ -125,71 +98,10 @@ var topicSeq atomic.Int64
 func freshTopic(t *testing.T, ctx context.Context, bootstrap, what string) string {
 	t.Helper()
 	topic := fmt.Sprintf("matrix-%s-%d-%d", what, os.Getpid(), topicSeq.Add(1))
-	cl, err := kgo.NewClient(kgo.SeedBrokers(bootstrapList(bootstrap)...))
-	if err != nil {
+	if err := CreateTopic(ctx, bootstrap, topic, smokePartitions, smokeBrokers); err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	resp, err := adm.CreateTopic(ctx, smokePartitions, smokeBrokers, nil, topic)
-	if err == nil {
-		err = resp.Err
-	}
-	if err != nil {
-		t.Fatalf("creating topic %s: %v", topic, err)
-	}
-	if err := waitTopicEverywhere(ctx, cl, topic, smokePartitions); err != nil {
-		t.Fatalf("topic %s: %v", topic, err)
-	}
 	return topic
-}
-
-// waitTopicEverywhere waits until every broker's metadata has topic with n
-// partitions, each with a leader.
-func waitTopicEverywhere(ctx context.Context, cl *kgo.Client, topic string, n int) error {
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	var last error
-	for {
-		last = topicReadyEverywhere(ctx, cl, topic, n)
-		if last == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("not ready on every broker: %w (last: %v)", ctx.Err(), last)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-func topicReadyEverywhere(ctx context.Context, cl *kgo.Client, topic string, n int) error {
-	brokers, err := kadm.NewClient(cl).ListBrokers(ctx)
-	if err != nil {
-		return err
-	}
-	if len(brokers) == 0 {
-		return errors.New("no brokers listed")
-	}
-	for _, b := range brokers {
-		req := kmsg.NewPtrMetadataRequest()
-		rt := kmsg.NewMetadataRequestTopic()
-		rt.Topic = kmsg.StringPtr(topic)
-		req.Topics = append(req.Topics, rt)
-		resp, err := req.RequestWith(ctx, cl.Broker(int(b.NodeID)))
-		if err != nil {
-			return fmt.Errorf("broker %d: %w", b.NodeID, err)
-		}
-		if len(resp.Topics) != 1 || resp.Topics[0].ErrorCode != 0 || len(resp.Topics[0].Partitions) != n {
-			return fmt.Errorf("broker %d does not list the topic with %d partitions yet", b.NodeID, n)
-		}
-		for _, p := range resp.Topics[0].Partitions {
-			if p.ErrorCode != 0 || p.Leader < 0 {
-				return fmt.Errorf("broker %d: partition %d has no leader yet", b.NodeID, p.Partition)
-			}
-		}
-	}
-	return nil
 }
 
 // produceAll runs p and collects its acks. It fails t on a Produce error,
@@ -211,24 +123,24 @@ func TestSmoke(t *testing.T) {
 	for _, target := range targets {
 		t.Run(target.name, func(t *testing.T) {
 			bootstrap := target.get(t)
-			for _, dc := range matrix {
+			for _, dc := range Matrix() {
 				for _, idempotent := range []bool{true, false} {
-					name := fmt.Sprintf("%s/idempotent=%v", dc.p.Name(), idempotent)
+					name := fmt.Sprintf("%s/idempotent=%v", dc.Name(), idempotent)
 					t.Run(name, func(t *testing.T) {
 						t.Parallel()
 						ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 						defer cancel()
-						topic := freshTopic(t, ctx, bootstrap, dc.p.Name())
+						topic := freshTopic(t, ctx, bootstrap, dc.Name())
 						cfg := ProduceConfig{
 							Bootstrap:  bootstrap,
 							Topic:      topic,
 							Records:    smokeRecords,
 							Idempotent: idempotent,
-							Headers:    dc.headers,
-							KeyPrefix:  fmt.Sprintf("smoke-%s-%v", dc.p.Name(), idempotent),
+							Headers:    dc.Headers,
+							KeyPrefix:  fmt.Sprintf("smoke-%s-%v", dc.Name(), idempotent),
 						}
-						acks := produceAll(t, ctx, dc.p, cfg)
-						if err := verify(ctx, bootstrap, topic, dc.p.Name(), acks, cfg); err != nil {
+						acks := produceAll(t, ctx, dc, cfg)
+						if err := verify(ctx, bootstrap, topic, dc.Name(), acks, cfg); err != nil {
 							t.Fatal(err)
 						}
 						checkSpread(t, acks)
@@ -260,24 +172,24 @@ func TestCompression(t *testing.T) {
 	for _, target := range targets {
 		t.Run(target.name, func(t *testing.T) {
 			bootstrap := target.get(t)
-			for _, dc := range matrix {
-				for _, codec := range dc.codecs {
-					t.Run(dc.p.Name()+"/"+codec, func(t *testing.T) {
+			for _, dc := range Matrix() {
+				for _, codec := range dc.Codecs {
+					t.Run(dc.Name()+"/"+codec, func(t *testing.T) {
 						t.Parallel()
 						ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 						defer cancel()
-						topic := freshTopic(t, ctx, bootstrap, dc.p.Name()+"-"+codec)
+						topic := freshTopic(t, ctx, bootstrap, dc.Name()+"-"+codec)
 						cfg := ProduceConfig{
 							Bootstrap:   bootstrap,
 							Topic:       topic,
 							Records:     records,
 							Idempotent:  true,
 							Compression: codec,
-							Headers:     dc.headers,
+							Headers:     dc.Headers,
 							KeyPrefix:   "codec-" + codec,
 						}
-						acks := produceAll(t, ctx, dc.p, cfg)
-						if err := verify(ctx, bootstrap, topic, dc.p.Name(), acks, cfg); err != nil {
+						acks := produceAll(t, ctx, dc, cfg)
+						if err := verify(ctx, bootstrap, topic, dc.Name(), acks, cfg); err != nil {
 							t.Fatal(err)
 						}
 					})
@@ -291,28 +203,28 @@ func TestCompression(t *testing.T) {
 // anything.
 func TestUnsupported(t *testing.T) {
 	base := ProduceConfig{Bootstrap: "127.0.0.1:1", Topic: "t", Records: 1, KeyPrefix: "k"}
-	for _, dc := range matrix {
+	for _, dc := range Matrix() {
 		supported := map[string]bool{"": true, "none": true}
-		for _, c := range dc.codecs {
+		for _, c := range dc.Codecs {
 			supported[c] = true
 		}
-		for _, codec := range allCodecs {
+		for _, codec := range AllCodecs() {
 			if supported[codec] {
 				continue
 			}
 			cfg := base
 			cfg.Compression = codec
-			err := dc.p.Produce(t.Context(), cfg, func(Ack) { t.Errorf("%s: ack for a refused config", dc.p.Name()) })
+			err := dc.Produce(t.Context(), cfg, func(Ack) { t.Errorf("%s: ack for a refused config", dc.Name()) })
 			if !errors.Is(err, ErrUnsupported) {
-				t.Errorf("%s with %s compression: got %v, want ErrUnsupported", dc.p.Name(), codec, err)
+				t.Errorf("%s with %s compression: got %v, want ErrUnsupported", dc.Name(), codec, err)
 			}
 		}
-		if !dc.headers {
+		if !dc.Headers {
 			cfg := base
 			cfg.Headers = true
-			err := dc.p.Produce(t.Context(), cfg, func(Ack) { t.Errorf("%s: ack for a refused config", dc.p.Name()) })
+			err := dc.Produce(t.Context(), cfg, func(Ack) { t.Errorf("%s: ack for a refused config", dc.Name()) })
 			if !errors.Is(err, ErrUnsupported) {
-				t.Errorf("%s with headers: got %v, want ErrUnsupported", dc.p.Name(), err)
+				t.Errorf("%s with headers: got %v, want ErrUnsupported", dc.Name(), err)
 			}
 		}
 	}
@@ -328,13 +240,13 @@ func TestBadConfig(t *testing.T) {
 		"negative rate": func(c *ProduceConfig) { c.Rate = -1 },
 		"unknown codec": func(c *ProduceConfig) { c.Compression = "brotli" },
 	}
-	for _, dc := range matrix {
+	for _, dc := range Matrix() {
 		for what, mutate := range bad {
 			cfg := good
 			mutate(&cfg)
-			err := dc.p.Produce(t.Context(), cfg, func(Ack) { t.Errorf("%s: ack for a bad config", dc.p.Name()) })
+			err := dc.Produce(t.Context(), cfg, func(Ack) { t.Errorf("%s: ack for a bad config", dc.Name()) })
 			if err == nil || errors.Is(err, ErrUnavailable) {
-				t.Errorf("%s with %s: got %v, want a config error", dc.p.Name(), what, err)
+				t.Errorf("%s with %s: got %v, want a config error", dc.Name(), what, err)
 			}
 		}
 	}
@@ -345,12 +257,12 @@ func TestBadConfig(t *testing.T) {
 // client did not get to as failed), and child processes die with it.
 func TestCancel(t *testing.T) {
 	bootstrap := targets[0].get(t)
-	for _, dc := range matrix {
-		t.Run(dc.p.Name(), func(t *testing.T) {
+	for _, dc := range Matrix() {
+		t.Run(dc.Name(), func(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 			defer cancel()
-			topic := freshTopic(t, ctx, bootstrap, "cancel-"+dc.p.Name())
+			topic := freshTopic(t, ctx, bootstrap, "cancel-"+dc.Name())
 			// 1000 records at 20/s would take 50 s: the run is cut after
 			// the first acknowledgment.
 			cfg := ProduceConfig{Bootstrap: bootstrap, Topic: topic, Records: 1000, Rate: 20, Idempotent: true, KeyPrefix: "cancel"}
@@ -358,7 +270,7 @@ func TestCancel(t *testing.T) {
 			defer stop()
 			seen := make(map[int]int)
 			var ok, failed int
-			err := dc.p.Produce(runCtx, cfg, func(a Ack) {
+			err := dc.Produce(runCtx, cfg, func(a Ack) {
 				seen[a.Seq]++
 				if a.Err == "" {
 					ok++
@@ -368,7 +280,7 @@ func TestCancel(t *testing.T) {
 				}
 			})
 			if errors.Is(err, ErrUnavailable) {
-				t.Fatalf("%s is not installed (make test runs test/clients/install.sh): %v", dc.p.Name(), err)
+				t.Fatalf("%s is not installed (make test runs test/clients/install.sh): %v", dc.Name(), err)
 			}
 			if !errors.Is(err, context.Canceled) {
 				t.Fatalf("Produce returned %v, want context.Canceled", err)
@@ -395,15 +307,15 @@ func TestCancel(t *testing.T) {
 // kcat stdin writer, the scripts' pacing loops) deliver every record.
 func TestPaced(t *testing.T) {
 	bootstrap := targets[0].get(t)
-	for _, dc := range matrix {
-		t.Run(dc.p.Name(), func(t *testing.T) {
+	for _, dc := range Matrix() {
+		t.Run(dc.Name(), func(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 			defer cancel()
-			topic := freshTopic(t, ctx, bootstrap, "paced-"+dc.p.Name())
-			cfg := ProduceConfig{Bootstrap: bootstrap, Topic: topic, Records: 60, Rate: 200, Idempotent: true, Headers: dc.headers, KeyPrefix: "paced"}
-			acks := produceAll(t, ctx, dc.p, cfg)
-			if err := verify(ctx, bootstrap, topic, dc.p.Name(), acks, cfg); err != nil {
+			topic := freshTopic(t, ctx, bootstrap, "paced-"+dc.Name())
+			cfg := ProduceConfig{Bootstrap: bootstrap, Topic: topic, Records: 60, Rate: 200, Idempotent: true, Headers: dc.Headers, KeyPrefix: "paced"}
+			acks := produceAll(t, ctx, dc, cfg)
+			if err := verify(ctx, bootstrap, topic, dc.Name(), acks, cfg); err != nil {
 				t.Fatal(err)
 			}
 		})
