@@ -375,9 +375,6 @@ func produceWithScript(ctx context.Context, r scriptRun, cfg ProduceConfig, onAc
 		env:    r.env,
 		handle: func(l procLine) bool {
 			if l.stderr {
-				if os.Getenv("CHILD_STDERR") != "" {
-					fmt.Fprintln(os.Stderr, time.Now().Format("15:04:05.000"), r.client, "STDERR:", l.text)
-				}
 				return false
 			}
 			a, err := parseScriptAck(l.text)
