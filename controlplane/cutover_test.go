@@ -23,11 +23,13 @@ import (
 	"github.com/baton-kafka/baton/xds"
 )
 
-// Short durations keep the tests quick; every check waits on a condition.
+// Short leases keep the tests quick; every check waits on a condition. The
+// cutover timeout is the default: under a loaded CI machine (-race, JVM
+// brokers of other packages) a shorter one rolled cutovers back.
 const (
 	tLease   = 1200 * time.Millisecond
 	tForward = 300 * time.Millisecond
-	tTimeout = 4 * time.Second
+	tTimeout = 10 * time.Second
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -245,9 +247,27 @@ func waitState(t *testing.T, ctx context.Context, p *plane, topic string, want S
 	var got Topic
 	eventually(t, ctx, fmt.Sprintf("%s is %s", topic, want), func() bool {
 		got, _ = p.cp.Topic(topic)
+		if got.Cutover == nil && got.State != want && want == Complete && got.Attempts > 0 {
+			// Settled the other way: say why at once rather than wait.
+			t.Fatalf("the cutover of %s ended in %s, not %s; events: %v", topic, got.State, want, eventLines(t, ctx, p, topic))
+		}
 		return got.State == want && got.Cutover == nil
 	})
 	return got
+}
+
+// eventLines is the topic's event log, one line an event, for failures.
+func eventLines(t *testing.T, ctx context.Context, p *plane, topic string) []string {
+	t.Helper()
+	evs, err := p.cp.Events(ctx, topic, 0)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	var out []string
+	for _, e := range evs {
+		out = append(out, fmt.Sprintf("%s %s %s->%s %s: %s", e.Time.Format("15:04:05.000"), e.Kind, e.From, e.To, e.Agent, e.Reason))
+	}
+	return out
 }
 
 func kinds(t *testing.T, ctx context.Context, p *plane, topic string) []string {
@@ -264,6 +284,28 @@ func kinds(t *testing.T, ctx context.Context, p *plane, topic string) []string {
 }
 
 // wantInOrder checks that want appears in got as a subsequence.
+// wantEvents waits until topic's log holds want as a subsequence: an event
+// is written just after the state change it reports, so a test that saw
+// the state may look a moment before the event lands.
+func wantEvents(t *testing.T, ctx context.Context, p *plane, topic string, want ...string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !inOrder(kinds(t, ctx, p, topic), want) && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(20 * time.Millisecond)
+	}
+	wantInOrder(t, kinds(t, ctx, p, topic), want...)
+}
+
+func inOrder(got, want []string) bool {
+	i := 0
+	for _, k := range got {
+		if i < len(want) && k == want[i] {
+			i++
+		}
+	}
+	return i == len(want)
+}
+
 func wantInOrder(t *testing.T, got []string, want ...string) {
 	t.Helper()
 	i := 0
@@ -297,7 +339,7 @@ func TestCutover(t *testing.T) {
 		if top.Attempts != 1 {
 			t.Errorf("attempts %d", top.Attempts)
 		}
-		wantInOrder(t, kinds(t, ctx, p, "drain"), EventAdded, EventInitiated, EventWaitingOnAgent, EventAgentDrained,
+		wantEvents(t, ctx, p, "drain", EventAdded, EventInitiated, EventWaitingOnAgent, EventAgentDrained,
 			EventDrained, EventEndOffsets, EventLagZero, EventReplStopped, EventGuardLifted, EventCompleted)
 		// COMPLETE is one-way; a second migrate or an abort is refused.
 		if _, err := p.cp.SetState(ctx, "drain", Proxy, "test"); !errors.Is(err, ErrIllegalTransition) {
@@ -353,7 +395,7 @@ func TestCutover(t *testing.T) {
 		if safe := granted.Add(tLease + tForward); expired.Before(safe) || completed.Before(safe) {
 			t.Errorf("proceeded at %v / %v, before the silent agent's grant %v + lease + F = %v", expired, completed, granted, safe)
 		}
-		wantInOrder(t, kinds(t, ctx, p, "silent"), EventInitiated, EventWaitingOnAgent, EventAgentExpired, EventDrained, EventCompleted)
+		wantEvents(t, ctx, p, "silent", EventInitiated, EventWaitingOnAgent, EventAgentExpired, EventDrained, EventCompleted)
 	})
 
 	t.Run("replication stuck: rollback to PROXY", func(t *testing.T) {
@@ -375,7 +417,7 @@ func TestCutover(t *testing.T) {
 		eventually(t, ctx, "agent saw MIGRATING", func() bool { return a.state("stuck") == batonv1.State_STATE_MIGRATING })
 		waitState(t, ctx, p, "stuck", Proxy)
 		eventually(t, ctx, "agent told to forward again", func() bool { return a.state("stuck") == batonv1.State_STATE_PROXY })
-		wantInOrder(t, kinds(t, ctx, p, "stuck"), EventInitiated, EventDrained, EventEndOffsets, EventTimedOut, EventRolledBack)
+		wantEvents(t, ctx, p, "stuck", EventInitiated, EventDrained, EventEndOffsets, EventTimedOut, EventRolledBack)
 		// Rollback restarted (resumed) replication: it catches up again.
 		eventually(t, ctx, "replication resumed", func() bool { l, err := k.repl.Lag("stuck"); return err == nil && l == 0 })
 	})
@@ -415,7 +457,7 @@ func TestCutover(t *testing.T) {
 		if got.State != Proxy {
 			t.Errorf("after abort: %v", got.State)
 		}
-		wantInOrder(t, kinds(t, ctx, p, "abort"), EventInitiated, EventWaitingOnAgent, EventAborted, EventRolledBack)
+		wantEvents(t, ctx, p, "abort", EventInitiated, EventWaitingOnAgent, EventAborted, EventRolledBack)
 		evs, _ := p.cp.Events(ctx, "abort", 0)
 		for _, e := range evs {
 			if e.Kind == EventAborted && (e.Actor != "operator" || e.Reason != "changed my mind" || e.Attempt != 1) {
@@ -463,7 +505,7 @@ func TestCutover(t *testing.T) {
 			t.Fatalf("after restart mid-cutover: %+v", top)
 		}
 		eventually(t, ctx, "agent told to forward again", func() bool { return a.state("restart") == batonv1.State_STATE_PROXY })
-		wantInOrder(t, kinds(t, ctx, p, "restart"), EventAdded, EventInitiated, EventWaitingOnAgent, EventRecovered, EventRolledBack)
+		wantEvents(t, ctx, p, "restart", EventAdded, EventInitiated, EventWaitingOnAgent, EventRecovered, EventRolledBack)
 		// And a later attempt completes once the holder drains.
 		holder.cancel()
 		for {
