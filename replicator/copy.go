@@ -102,12 +102,14 @@ func (r *Replicator) initPartition(ctx context.Context, p *partState) error {
 	} else if end.Err != nil {
 		return fmt.Errorf("destination end offset: %w", end.Err)
 	}
+	// Other partitions' workers add to the same map: read it under r.mu.
 	r.mu.Lock()
 	m := r.maps[p.topic]
-	r.mu.Unlock()
 	delta := m.delta(p.p, end.Offset)
+	noSegments := len(m[p.p]) == 0
+	r.mu.Unlock()
 	next := end.Offset + delta
-	if end.Offset == 0 && len(m[p.p]) == 0 {
+	if end.Offset == 0 && noSegments {
 		starts, err := r.srcAdm.ListStartOffsets(ctx, p.topic)
 		if err != nil {
 			return fmt.Errorf("source start offset: %w", err)

@@ -31,6 +31,11 @@
 //   - Time lag per partition is measured from the replicator's own samples
 //     of S's last stable offsets: now minus the time of the first sample
 //     that showed the next offset to copy, 0 when caught up.
+//   - Consumer-group offsets: SyncGroups (and Run, every GroupSyncInterval)
+//     copies the committed offsets of the groups reading managed topics from
+//     S to D, translated through the offset map, for groups with no active
+//     members on D; an offset beyond the copied progress is clamped to D's
+//     copied end, so a group on D never skips a record D does not hold.
 //   - Schedule orders the work: migrating topics, then shortest job first
 //     across topics, then most lag first within a topic.
 //

@@ -5,10 +5,12 @@ import (
 )
 
 type metrics struct {
-	lag, topicLag, mapped   *prometheus.GaugeVec
-	records, bytes, batches *prometheus.CounterVec
-	skipped, errors, lost   *prometheus.CounterVec
-	produceLatency          *prometheus.HistogramVec
+	lag, topicLag, mapped     *prometheus.GaugeVec
+	records, bytes, batches   *prometheus.CounterVec
+	skipped, errors, lost     *prometheus.CounterVec
+	produceLatency            *prometheus.HistogramVec
+	groupSynced, groupClamped *prometheus.CounterVec
+	groupSkippedActive        prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -34,8 +36,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		produceLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "baton_replicator_produce_seconds",
 			Help:    "Destination acknowledgement latency of one copied batch (acks=all).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}, []string{"topic"}),
+		groupSynced: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "baton_replicator_group_offsets_synced_total",
+			Help: "Consumer-group partition offsets committed on the destination."}, []string{"topic"}),
+		groupClamped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "baton_replicator_group_offsets_clamped_total",
+			Help: "Synced group offsets that were beyond the copied progress and clamped to the destination's copied end."}, []string{"topic"}),
+		groupSkippedActive: prometheus.NewCounter(prometheus.CounterOpts{Name: "baton_replicator_group_sync_skipped_active_total",
+			Help: "Groups left alone in a sync pass because they have active members on the destination."}),
 	}
-	for _, c := range []prometheus.Collector{m.lag, m.topicLag, m.mapped, m.records, m.bytes, m.batches, m.skipped, m.errors, m.lost, m.produceLatency} {
+	for _, c := range []prometheus.Collector{m.lag, m.topicLag, m.mapped, m.records, m.bytes, m.batches, m.skipped, m.errors, m.lost, m.produceLatency,
+		m.groupSynced, m.groupClamped, m.groupSkippedActive} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

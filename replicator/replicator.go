@@ -60,6 +60,7 @@ type config struct {
 	requestTimeout      time.Duration
 	maxBackoff          time.Duration
 	mapTopic            string
+	groupSyncInterval   time.Duration
 	now                 func() time.Time
 	log                 *slog.Logger
 	registry            prometheus.Registerer
@@ -181,13 +182,14 @@ type partState struct {
 // New validates the options. Run connects and copies.
 func New(opts ...Opt) (*Replicator, error) {
 	cfg := config{
-		workers:        DefaultWorkers,
-		fetchMaxBytes:  DefaultFetchMaxBytes,
-		sampleInterval: DefaultSampleInterval,
-		requestTimeout: DefaultRequestTimeout,
-		maxBackoff:     DefaultMaxBackoff,
-		mapTopic:       DefaultOffsetMapTopic,
-		now:            time.Now,
+		workers:           DefaultWorkers,
+		fetchMaxBytes:     DefaultFetchMaxBytes,
+		sampleInterval:    DefaultSampleInterval,
+		requestTimeout:    DefaultRequestTimeout,
+		maxBackoff:        DefaultMaxBackoff,
+		mapTopic:          DefaultOffsetMapTopic,
+		groupSyncInterval: DefaultGroupSyncInterval,
+		now:               time.Now,
 	}
 	for _, o := range opts {
 		o.apply(&cfg)
@@ -209,6 +211,8 @@ func New(opts ...Opt) (*Replicator, error) {
 		return nil, fmt.Errorf("%w: max backoff must be positive, got %v", ErrBadConfig, cfg.maxBackoff)
 	case cfg.mapTopic == "":
 		return nil, fmt.Errorf("%w: offset map topic is required", ErrBadConfig)
+	case cfg.groupSyncInterval < 0:
+		return nil, fmt.Errorf("%w: group sync interval must not be negative, got %v", ErrBadConfig, cfg.groupSyncInterval)
 	}
 	if cfg.log == nil {
 		cfg.log = slog.Default()
@@ -253,6 +257,7 @@ func (r *Replicator) Run(ctx context.Context) error {
 	defer func() {
 		r.mu.Lock()
 		r.running = false
+		r.srcAdm, r.dstAdm = nil, nil
 		r.pid = producerID{}
 		for _, t := range r.topics {
 			t.ready = false
@@ -275,7 +280,9 @@ func (r *Replicator) Run(ctx context.Context) error {
 		return fmt.Errorf("replicator: destination client: %w", err)
 	}
 	defer r.dst.Close()
+	r.mu.Lock() // SyncGroups reads them from other goroutines
 	r.srcAdm, r.dstAdm = kadm.NewClient(r.src), kadm.NewClient(r.dst)
+	r.mu.Unlock()
 
 	if err := r.loadMaps(ctx); err != nil {
 		return err
@@ -284,6 +291,10 @@ func (r *Replicator) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); r.sampler(ctx) }()
+	if r.cfg.groupSyncInterval > 0 {
+		wg.Add(1)
+		go func() { defer wg.Done(); r.groupSyncer(ctx, r.cfg.groupSyncInterval) }()
+	}
 	for range r.cfg.workers {
 		wg.Add(1)
 		go func() { defer wg.Done(); r.worker(ctx) }()

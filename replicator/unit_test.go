@@ -238,3 +238,42 @@ func TestOffsetMap(t *testing.T) {
 		t.Error("Exact wrong")
 	}
 }
+
+func TestTranslateGroupOffset(t *testing.T) {
+	t.Parallel()
+	// Source 0..9 copied to 0..9; a marker at 10; 11..19 aborted; 20.. at
+	// destination 10..; copied up to source 25 (destination 15).
+	mapped := OffsetMap{}
+	mapped.add(Segment{Partition: 0, Dst: 0, Src: 0})
+	mapped.add(Segment{Partition: 0, Dst: 10, Src: 20})
+	tests := []struct {
+		name        string
+		m           OffsetMap
+		src         int64
+		pp          partProgress
+		want        int64
+		wantClamped bool
+	}{
+		{"exact inside", nil, 5, partProgress{hold: 10, progress: 10}, 5, false},
+		{"exact at progress", nil, 10, partProgress{hold: 10, progress: 10}, 10, false},
+		{"exact beyond progress", nil, 12, partProgress{hold: 10, progress: 10}, 10, true},
+		{"mapped before gap", mapped, 7, partProgress{hold: 15, progress: 25}, 7, false},
+		{"mapped on marker", mapped, 10, partProgress{hold: 15, progress: 25}, 10, false},
+		{"mapped in aborted range", mapped, 15, partProgress{hold: 15, progress: 25}, 10, false},
+		{"mapped after gap", mapped, 22, partProgress{hold: 15, progress: 25}, 12, false},
+		{"mapped at progress", mapped, 25, partProgress{hold: 15, progress: 25}, 15, false},
+		{"mapped beyond progress", mapped, 40, partProgress{hold: 15, progress: 25}, 15, true},
+		// A trailing marker was read (progress 11) but no segment for it
+		// exists yet: the map alone would say 11, D holds 10.
+		{"trailing marker", OffsetMap{0: {{Partition: 0}}}, 11, partProgress{hold: 10, progress: 11}, 10, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, clamped := translateOffset(tt.m, 0, tt.src, tt.pp)
+			if got != tt.want || clamped != tt.wantClamped {
+				t.Errorf("translateOffset(%d) = %d, %v; want %d, %v", tt.src, got, clamped, tt.want, tt.wantClamped)
+			}
+		})
+	}
+}

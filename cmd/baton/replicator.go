@@ -21,15 +21,16 @@ func newReplicatorCmd() *cobra.Command {
 		source, destination, topics, migrating, admin, mapTopic, logLevel string
 		workers                                                           int
 		fetchMax                                                          int32
-		sample                                                            time.Duration
+		sample, groupSync                                                 time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "replicator",
 		Short: "Copy topics from the source to the destination cluster with offset parity",
 		Long: `Copy the raw record batches of every partition of --topics from the source
 to the destination cluster, keeping offsets (or an exact offset map where the
-source has gaps), until interrupted. The destination is the checkpoint: a
-restart resumes from what it holds. Metrics (baton_replicator_*) are served on
+source has gaps), until interrupted, and copy the committed offsets of the
+groups reading them to the destination for groups idle there. The destination
+is the checkpoint: a restart resumes from what it holds. Metrics (baton_replicator_*) are served on
 --admin at /metrics. See docs/replicator.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -47,6 +48,7 @@ restart resumes from what it holds. Metrics (baton_replicator_*) are served on
 				replicator.Source(splitList(source)...), replicator.Destination(splitList(destination)...),
 				replicator.Topics(ts...), replicator.Workers(workers), replicator.FetchMaxBytes(fetchMax),
 				replicator.SampleInterval(sample), replicator.OffsetMapTopic(mapTopic),
+				replicator.GroupSyncInterval(groupSync),
 				replicator.Logger(log), replicator.Registry(reg),
 			)
 			if err != nil {
@@ -86,6 +88,7 @@ restart resumes from what it holds. Metrics (baton_replicator_*) are served on
 	f.IntVar(&workers, "workers", replicator.DefaultWorkers, "partitions copied at once")
 	f.Int32Var(&fetchMax, "fetch-max-bytes", replicator.DefaultFetchMaxBytes, "bytes fetched from the source per copy step")
 	f.DurationVar(&sample, "sample-interval", replicator.DefaultSampleInterval, "how often source end offsets are sampled (the lag's resolution)")
+	f.DurationVar(&groupSync, "group-sync-interval", replicator.DefaultGroupSyncInterval, "how often committed consumer-group offsets are copied to the destination (0: off)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	_ = cmd.MarkFlagRequired("source")
 	_ = cmd.MarkFlagRequired("destination")
