@@ -30,9 +30,10 @@ type shard struct {
 	idx  []int
 }
 
-// shardByLeader groups parts by leader. codes[i] is set, and i left out of
-// every shard, when part i cannot be sent (no leader known, topic held).
-func (r *router) shardByLeader(ctx context.Context, parts []tp, upFor func(topic string) *upstream) ([]*shard, []int16) {
+// shardByLeader groups parts by leader, or by the broker pinned returns
+// (when not nil) for a part. codes[i] is set, and i left out of every
+// shard, when part i cannot be sent (no leader known, topic held).
+func (r *router) shardByLeader(ctx context.Context, parts []tp, upFor func(topic string) *upstream, pinned func(*upstream, tp) (string, bool)) ([]*shard, []int16) {
 	codes := make([]int16, len(parts))
 	var shards []*shard
 	byAddr := map[*upstream]map[string]*shard{}
@@ -42,10 +43,16 @@ func (r *router) shardByLeader(ctx context.Context, parts []tp, upFor func(topic
 			codes[i] = retriable
 			continue
 		}
-		addr, err := up.leaderAddr(ctx, p.topic, p.partition)
-		if err != nil {
-			codes[i] = errorCode(err)
-			continue
+		addr, ok := "", false
+		if pinned != nil {
+			addr, ok = pinned(up, p)
+		}
+		if !ok {
+			var err error
+			if addr, err = up.leaderAddr(ctx, p.topic, p.partition); err != nil {
+				codes[i] = errorCode(err)
+				continue
+			}
 		}
 		m := byAddr[up]
 		if m == nil {
@@ -217,7 +224,8 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 			ups[t.Topic] = r.writeUpstream(ctx, t.Topic)
 		}
 	}
-	shards, codes := r.shardByLeader(ctx, parts, func(t string) *upstream { return ups[t] })
+	shards, codes := r.shardByLeader(ctx, parts, func(t string) *upstream { return ups[t] }, r.pins.addr)
+	shards = r.pins.dropAfterGap(req, shards, codes) // see pin.go
 
 	expect := req.Acks != 0
 	var ss []sent
@@ -270,7 +278,9 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 		return filter.Done{}
 	}
 
+	held := r.pins.hold(ss, parts) // see pin.go
 	return pendingFunc(func(ctx context.Context) error {
+		defer r.pins.release(held)
 		ctx, cancel := context.WithDeadline(ctx, start.Add(r.a.cfg.forwardDeadline))
 		defer cancel()
 		results := make([]kmsg.ProduceResponseTopicPartition, len(parts))
@@ -320,6 +330,7 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 					}
 				}
 			})
+		r.pins.noteGaps(req, results) // before the deferred release
 		resp := req.ResponseKind().(*kmsg.ProduceResponse)
 		resp.ThrottleMillis = throttle
 		i := 0
@@ -365,7 +376,7 @@ func (r *router) fetch(ctx context.Context, x *filter.Exchange, req *kmsg.FetchR
 			reqParts = append(reqParts, p)
 		}
 	}
-	shards, codes := r.shardByLeader(ctx, parts, r.upstreamFor)
+	shards, codes := r.shardByLeader(ctx, parts, r.upstreamFor, nil)
 	ss := r.sendShards(ctx, shards, 1, req.Version, x.Header.ClientID, func(s *shard) kmsg.Request {
 		sub := kmsg.NewPtrFetchRequest()
 		sub.Version, sub.ReplicaID, sub.MaxWaitMillis, sub.MinBytes, sub.MaxBytes = req.Version, req.ReplicaID, req.MaxWaitMillis, req.MinBytes, req.MaxBytes
@@ -456,7 +467,7 @@ func (r *router) listOffsets(ctx context.Context, x *filter.Exchange, req *kmsg.
 			reqParts = append(reqParts, p)
 		}
 	}
-	shards, codes := r.shardByLeader(ctx, parts, r.upstreamFor)
+	shards, codes := r.shardByLeader(ctx, parts, r.upstreamFor, nil)
 	ss := r.sendShards(ctx, shards, 2, req.Version, x.Header.ClientID, func(s *shard) kmsg.Request {
 		sub := kmsg.NewPtrListOffsetsRequest()
 		sub.Version, sub.ReplicaID, sub.IsolationLevel, sub.TimeoutMillis = req.Version, req.ReplicaID, req.IsolationLevel, req.TimeoutMillis
@@ -529,7 +540,7 @@ func (r *router) offsetForLeaderEpoch(ctx context.Context, x *filter.Exchange, r
 			reqParts = append(reqParts, p)
 		}
 	}
-	shards, codes := r.shardByLeader(ctx, parts, r.upstreamFor)
+	shards, codes := r.shardByLeader(ctx, parts, r.upstreamFor, nil)
 	ss := r.sendShards(ctx, shards, 23, req.Version, x.Header.ClientID, func(s *shard) kmsg.Request {
 		sub := kmsg.NewPtrOffsetForLeaderEpochRequest()
 		sub.Version, sub.ReplicaID = req.Version, req.ReplicaID

@@ -39,6 +39,10 @@ type router struct {
 	ownMu  sync.Mutex
 	own    map[ownKey]*brokerConn
 	closed bool
+
+	// pins keeps a partition's produce requests on one broker while some
+	// are outstanding (see pin.go).
+	pins pins
 }
 
 type ownKey struct {

@@ -189,6 +189,14 @@ func (c *brokerConn) readLoop() {
 }
 
 func (cl *call) wait(ctx context.Context) ([]byte, error) {
+	// An answer already here wins over a deadline that passed meanwhile
+	// (select picks at random): a produce collected late, behind a slower
+	// one, must not be called uncertain when it is known.
+	select {
+	case <-cl.done:
+		return cl.resp, cl.err
+	default:
+	}
 	select {
 	case <-cl.done:
 		return cl.resp, cl.err

@@ -1,0 +1,204 @@
+package agent
+
+import (
+	"encoding/binary"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// A client keeps several produce requests in flight on a broker connection
+// (Java and librdkafka 5, franz-go 5 when idempotent), and an idempotent
+// producer's in-flight batches of one partition carry consecutive
+// sequence numbers. Talking to brokers directly, those requests all reach
+// the broker the client took for leader when it sent them: when leadership
+// moves, each of them fails alike and the client resends them in order.
+// The agent resolves leaders per request, so a leader change it learns of
+// between two pipelined requests (from another request's answer, or from
+// another client's Metadata) would send the later one to the new leader
+// while the earlier one is still at the old: the new leader sees a sequence
+// gap and answers OUT_OF_ORDER_SEQUENCE_NUMBER (fatal for librdkafka when
+// at the head of the line), and a non-idempotent producer's later batch is
+// written ahead of the earlier one. test/e2e found it: through the agent,
+// the Java producer retried OUT_OF_ORDER_SEQUENCE_NUMBER until its delivery
+// timeout while kfake moved leaders; directly, never.
+//
+// So while a client connection has produce requests outstanding for a
+// partition, its next ones for that partition go where those went, and
+// the old leader turns them away as it would have directly. And once the
+// connection was answered NOT_LEADER_OR_FOLLOWER for an idempotent batch,
+// later batches of that producer session for the partition that the client
+// sent before it read the answer (a higher base sequence, before the failed
+// one is resent) are answered NOT_LEADER_OR_FOLLOWER too, without
+// forwarding: directly they would have met the old leader as well, while
+// the new leader would take them ahead of the failed batch.
+
+// pin is where a client connection's outstanding produce requests for one
+// partition went.
+type pin struct {
+	up   *upstream
+	addr string
+	n    int // requests outstanding
+}
+
+// pins is one client connection's pins. Dispatch reads and adds; the
+// response side releases.
+type pins struct {
+	mu   sync.Mutex
+	m    map[tp]*pin
+	gaps map[tp]gap
+}
+
+// gap is the first batch of a producer session the connection was told
+// failed with NOT_LEADER_OR_FOLLOWER and has not resent yet.
+type gap struct {
+	pid   int64
+	epoch int16
+	seq   int32
+}
+
+// batchSeq returns the producer id, epoch and base sequence of the first
+// record batch in recs; ok is false for a batch without a producer id.
+func batchSeq(recs []byte) (g gap, ok bool) {
+	if len(recs) < 61 || recs[16] != 2 {
+		return gap{}, false
+	}
+	g = gap{
+		pid:   int64(binary.BigEndian.Uint64(recs[43:])),
+		epoch: int16(binary.BigEndian.Uint16(recs[51:])),
+		seq:   int32(binary.BigEndian.Uint32(recs[53:])),
+	}
+	return g, g.pid >= 0
+}
+
+// dropAfterGap answers NOT_LEADER_OR_FOLLOWER (in codes) for the
+// partitions whose batch follows a gap, and takes them out of the shards.
+// A batch at or before the gap (the resend) or of another producer session
+// closes the gap.
+func (ps *pins) dropAfterGap(req *kmsg.ProduceRequest, shards []*shard, codes []int16) []*shard {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if len(ps.gaps) == 0 {
+		return shards
+	}
+	var drop map[int]bool
+	i := 0
+	for _, t := range req.Topics {
+		for _, p := range t.Partitions {
+			k := tp{t.Topic, p.Partition}
+			if g, ok := ps.gaps[k]; ok {
+				b, idem := batchSeq(p.Records)
+				if idem && b.pid == g.pid && b.epoch == g.epoch && b.seq > g.seq {
+					if codes[i] == 0 {
+						if drop == nil {
+							drop = map[int]bool{}
+						}
+						drop[i] = true
+						codes[i] = kerr.NotLeaderForPartition.Code
+					}
+				} else {
+					delete(ps.gaps, k)
+				}
+			}
+			i++
+		}
+	}
+	if drop == nil {
+		return shards
+	}
+	out := shards[:0]
+	for _, s := range shards {
+		idx := s.idx[:0]
+		for _, j := range s.idx {
+			if !drop[j] {
+				idx = append(idx, j)
+			}
+		}
+		if s.idx = idx; len(idx) > 0 {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// noteGaps records a gap for each idempotent batch answered
+// NOT_LEADER_OR_FOLLOWER (results in the request's flattened order).
+func (ps *pins) noteGaps(req *kmsg.ProduceRequest, results []kmsg.ProduceResponseTopicPartition) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	i := 0
+	for _, t := range req.Topics {
+		for _, p := range t.Partitions {
+			if results[i].ErrorCode == kerr.NotLeaderForPartition.Code {
+				if b, ok := batchSeq(p.Records); ok {
+					k := tp{t.Topic, p.Partition}
+					if g, had := ps.gaps[k]; !had || g.pid != b.pid || g.epoch != b.epoch || b.seq < g.seq {
+						if ps.gaps == nil {
+							ps.gaps = map[tp]gap{}
+						}
+						ps.gaps[k] = b
+					}
+				}
+			}
+			i++
+		}
+	}
+}
+
+// addr returns the broker the connection's outstanding produce requests
+// for p went to, if any went to up.
+func (ps *pins) addr(up *upstream, p tp) (string, bool) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if pn := ps.m[p]; pn != nil && pn.up == up {
+		return pn.addr, true
+	}
+	return "", false
+}
+
+// hold records that the partitions of every shard sent without error are
+// outstanding at its broker, and returns them for release.
+func (ps *pins) hold(ss []sent, parts []tp) []heldPin {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	var out []heldPin
+	for _, s := range ss {
+		if s.err != nil {
+			continue
+		}
+		for _, i := range s.s.idx {
+			p := parts[i]
+			pn := ps.m[p]
+			if pn == nil || pn.up != s.s.up || pn.addr != s.s.addr {
+				// A new pin: none was outstanding, or the route moved the
+				// topic to the other cluster (never pinned across).
+				pn = &pin{up: s.s.up, addr: s.s.addr}
+				if ps.m == nil {
+					ps.m = map[tp]*pin{}
+				}
+				ps.m[p] = pn
+			}
+			pn.n++
+			out = append(out, heldPin{p, pn})
+		}
+	}
+	return out
+}
+
+type heldPin struct {
+	p  tp
+	pn *pin
+}
+
+// release ends what hold returned: the request was answered or gave up.
+func (ps *pins) release(held []heldPin) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for _, h := range held {
+		h.pn.n--
+		if h.pn.n == 0 && ps.m[h.p] == h.pn {
+			delete(ps.m, h.p)
+		}
+	}
+}
