@@ -455,6 +455,41 @@ func (r *router) fetch(ctx context.Context, x *filter.Exchange, req *kmsg.FetchR
 	})
 }
 
+// mergeByPartition waits for the shards of a partitioned request that
+// reads (ListOffsets, OffsetForLeaderEpoch) and returns one result per
+// part, in the request's order: the broker's answer where there is one,
+// else blank with the error the client should see.
+func mergeByPartition[P any](r *router, ctx context.Context, ss []sent, key, ver int16, start time.Time, parts []tp, codes []int16,
+	kind func() kmsg.Response, each func(kmsg.Response, func(topic string, partition int32, p P)),
+	blank func(partition int32, code int16) P, code func(P) int16) []P {
+	results := make([]P, len(parts))
+	for i := range results {
+		results[i] = blank(parts[i].partition, codes[i])
+	}
+	r.collect(ctx, ss, key, ver, start, kind, func(s *shard, resp kmsg.Response, err error) {
+		if err != nil {
+			for _, i := range s.idx {
+				results[i] = blank(parts[i].partition, errorCode(err))
+			}
+			return
+		}
+		got := map[tp]P{}
+		each(resp, func(topic string, partition int32, p P) { got[tp{topic, partition}] = p })
+		for _, i := range s.idx {
+			p, ok := got[parts[i]]
+			if !ok {
+				results[i] = blank(parts[i].partition, retriable)
+				continue
+			}
+			results[i] = p
+			if leaderGone(code(p)) {
+				s.up.forgetLeader(parts[i].topic)
+			}
+		}
+	})
+	return results
+}
+
 // --- ListOffsets ---
 
 func (r *router) listOffsets(ctx context.Context, x *filter.Exchange, req *kmsg.ListOffsetsRequest) filter.Pending {
@@ -473,7 +508,7 @@ func (r *router) listOffsets(ctx context.Context, x *filter.Exchange, req *kmsg.
 		sub.Version, sub.ReplicaID, sub.IsolationLevel, sub.TimeoutMillis = req.Version, req.ReplicaID, req.IsolationLevel, req.TimeoutMillis
 		for _, i := range s.idx {
 			p := reqParts[i]
-			p.CurrentLeaderEpoch = -1
+			p.CurrentLeaderEpoch = -1 // the client knows only synthetic epochs
 			if n := len(sub.Topics); n == 0 || sub.Topics[n-1].Topic != parts[i].topic {
 				sub.Topics = append(sub.Topics, kmsg.ListOffsetsRequestTopic{Topic: parts[i].topic})
 			}
@@ -482,38 +517,21 @@ func (r *router) listOffsets(ctx context.Context, x *filter.Exchange, req *kmsg.
 		return sub
 	}, true)
 	return pendingFunc(func(ctx context.Context) error {
-		results := make([]kmsg.ListOffsetsResponseTopicPartition, len(parts))
-		for i := range results {
-			results[i] = kmsg.NewListOffsetsResponseTopicPartition()
-			results[i].Partition = parts[i].partition
-			results[i].ErrorCode = codes[i]
-		}
-		r.collect(ctx, ss, 2, req.Version, start, func() kmsg.Response { return kmsg.NewPtrListOffsetsResponse() },
-			func(s *shard, resp kmsg.Response, err error) {
-				if err != nil {
-					for _, i := range s.idx {
-						results[i].ErrorCode = errorCode(err)
-					}
-					return
-				}
-				got := map[tp]kmsg.ListOffsetsResponseTopicPartition{}
+		results := mergeByPartition(r, ctx, ss, 2, req.Version, start, parts, codes,
+			func() kmsg.Response { return kmsg.NewPtrListOffsetsResponse() },
+			func(resp kmsg.Response, yield func(string, int32, kmsg.ListOffsetsResponseTopicPartition)) {
 				for _, t := range resp.(*kmsg.ListOffsetsResponse).Topics {
 					for _, p := range t.Partitions {
-						got[tp{t.Topic, p.Partition}] = p
+						yield(t.Topic, p.Partition, p)
 					}
 				}
-				for _, i := range s.idx {
-					p, ok := got[parts[i]]
-					if !ok {
-						results[i].ErrorCode = retriable
-						continue
-					}
-					results[i] = p
-					if leaderGone(p.ErrorCode) {
-						s.up.forgetLeader(parts[i].topic)
-					}
-				}
-			})
+			},
+			func(partition int32, code int16) kmsg.ListOffsetsResponseTopicPartition {
+				p := kmsg.NewListOffsetsResponseTopicPartition()
+				p.Partition, p.ErrorCode = partition, code
+				return p
+			},
+			func(p kmsg.ListOffsetsResponseTopicPartition) int16 { return p.ErrorCode })
 		resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
 		i := 0
 		for _, t := range req.Topics {
@@ -555,38 +573,21 @@ func (r *router) offsetForLeaderEpoch(ctx context.Context, x *filter.Exchange, r
 		return sub
 	}, true)
 	return pendingFunc(func(ctx context.Context) error {
-		results := make([]kmsg.OffsetForLeaderEpochResponseTopicPartition, len(parts))
-		for i := range results {
-			results[i] = kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
-			results[i].Partition = parts[i].partition
-			results[i].ErrorCode = codes[i]
-		}
-		r.collect(ctx, ss, 23, req.Version, start, func() kmsg.Response { return kmsg.NewPtrOffsetForLeaderEpochResponse() },
-			func(s *shard, resp kmsg.Response, err error) {
-				if err != nil {
-					for _, i := range s.idx {
-						results[i].ErrorCode = errorCode(err)
-					}
-					return
-				}
-				got := map[tp]kmsg.OffsetForLeaderEpochResponseTopicPartition{}
+		results := mergeByPartition(r, ctx, ss, 23, req.Version, start, parts, codes,
+			func() kmsg.Response { return kmsg.NewPtrOffsetForLeaderEpochResponse() },
+			func(resp kmsg.Response, yield func(string, int32, kmsg.OffsetForLeaderEpochResponseTopicPartition)) {
 				for _, t := range resp.(*kmsg.OffsetForLeaderEpochResponse).Topics {
 					for _, p := range t.Partitions {
-						got[tp{t.Topic, p.Partition}] = p
+						yield(t.Topic, p.Partition, p)
 					}
 				}
-				for _, i := range s.idx {
-					p, ok := got[parts[i]]
-					if !ok {
-						results[i].ErrorCode = retriable
-						continue
-					}
-					results[i] = p
-					if leaderGone(p.ErrorCode) {
-						s.up.forgetLeader(parts[i].topic)
-					}
-				}
-			})
+			},
+			func(partition int32, code int16) kmsg.OffsetForLeaderEpochResponseTopicPartition {
+				p := kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
+				p.Partition, p.ErrorCode = partition, code
+				return p
+			},
+			func(p kmsg.OffsetForLeaderEpochResponseTopicPartition) int16 { return p.ErrorCode })
 		resp := req.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)
 		i := 0
 		for _, t := range req.Topics {
