@@ -21,7 +21,7 @@ func TestDemoRunsAFullCutover(t *testing.T) {
 	if err := Run(ctx, cfg); err != nil {
 		t.Fatalf("demo failed: %v\n%s", err, out.String())
 	}
-	for _, want := range []string{"PROXY", "event: initiated", "event: drained", "event: completed MIGRATING -> COMPLETE", "every acked record is in the destination"} {
+	for _, want := range []string{"PROXY", "event: initiated", "event: drained", "event: completed MIGRATING -> COMPLETE", "every acked record is in the destination", "verify parity"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("narration lacks %q:\n%s", want, out.String())
 		}
