@@ -16,7 +16,8 @@ import (
 func itoa(p int32) string { return strconv.Itoa(int(p)) }
 
 // setupTopic makes D.T exist with S.T's partition count (creating it with
-// S.T's dynamic topic configs) and adds partition states.
+// S.T's dynamic topic configs, less controlledConfigs) and adds partition
+// states.
 func (r *Replicator) setupTopic(ctx context.Context, name string) error {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.requestTimeout)
 	defer cancel()
@@ -44,7 +45,7 @@ func (r *Replicator) setupTopic(ctx context.Context, name string) error {
 		}
 		for _, rc := range rcs {
 			for _, c := range rc.Configs {
-				if c.Source == kmsg.ConfigSourceDynamicTopicConfig && c.Value != nil {
+				if c.Source == kmsg.ConfigSourceDynamicTopicConfig && c.Value != nil && mirrored(c.Key) {
 					cfgs[c.Key] = c.Value
 				}
 			}

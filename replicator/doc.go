@@ -36,6 +36,9 @@
 //     S to D, translated through the offset map, for groups with no active
 //     members on D; an offset beyond the copied progress is clamped to D's
 //     copied end, so a group on D never skips a record D does not hold.
+//   - Topic configs: D.T is created with S.T's dynamic configs, and Run
+//     mirrors later changes (set and removed keys) every ConfigSyncInterval,
+//     except the configs the replicator controls (controlledConfigs).
 //   - Schedule orders the work: migrating topics, then shortest job first
 //     across topics, then most lag first within a topic.
 //

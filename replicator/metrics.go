@@ -11,6 +11,7 @@ type metrics struct {
 	produceLatency            *prometheus.HistogramVec
 	groupSynced, groupClamped *prometheus.CounterVec
 	groupSkippedActive        prometheus.Counter
+	configChanges             *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -42,9 +43,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Synced group offsets that were beyond the copied progress and clamped to the destination's copied end."}, []string{"topic"}),
 		groupSkippedActive: prometheus.NewCounter(prometheus.CounterOpts{Name: "baton_replicator_group_sync_skipped_active_total",
 			Help: "Groups left alone in a sync pass because they have active members on the destination."}),
+		configChanges: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "baton_replicator_topic_config_changes_total",
+			Help: "Topic config changes on the source mirrored to the destination, by op (set or delete)."}, []string{"topic", "op"}),
 	}
 	for _, c := range []prometheus.Collector{m.lag, m.topicLag, m.mapped, m.records, m.bytes, m.batches, m.skipped, m.errors, m.lost, m.produceLatency,
-		m.groupSynced, m.groupClamped, m.groupSkippedActive} {
+		m.groupSynced, m.groupClamped, m.groupSkippedActive, m.configChanges} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -61,6 +61,7 @@ type config struct {
 	maxBackoff          time.Duration
 	mapTopic            string
 	groupSyncInterval   time.Duration
+	configSyncInterval  time.Duration
 	now                 func() time.Time
 	log                 *slog.Logger
 	registry            prometheus.Registerer
@@ -141,6 +142,9 @@ type Replicator struct {
 	running bool
 	pid     producerID // the run's shared producer id, zero before InitProducerId
 	order   string     // last schedule, for the debug log
+
+	configMu       sync.Mutex                   // guards lastSrcConfigs (SyncConfigs)
+	lastSrcConfigs map[string]map[string]string // S's mirrored dynamic configs at the last pass, by topic
 }
 
 type producerID struct {
@@ -182,14 +186,15 @@ type partState struct {
 // New validates the options. Run connects and copies.
 func New(opts ...Opt) (*Replicator, error) {
 	cfg := config{
-		workers:           DefaultWorkers,
-		fetchMaxBytes:     DefaultFetchMaxBytes,
-		sampleInterval:    DefaultSampleInterval,
-		requestTimeout:    DefaultRequestTimeout,
-		maxBackoff:        DefaultMaxBackoff,
-		mapTopic:          DefaultOffsetMapTopic,
-		groupSyncInterval: DefaultGroupSyncInterval,
-		now:               time.Now,
+		workers:            DefaultWorkers,
+		fetchMaxBytes:      DefaultFetchMaxBytes,
+		sampleInterval:     DefaultSampleInterval,
+		requestTimeout:     DefaultRequestTimeout,
+		maxBackoff:         DefaultMaxBackoff,
+		mapTopic:           DefaultOffsetMapTopic,
+		groupSyncInterval:  DefaultGroupSyncInterval,
+		configSyncInterval: DefaultConfigSyncInterval,
+		now:                time.Now,
 	}
 	for _, o := range opts {
 		o.apply(&cfg)
@@ -213,6 +218,8 @@ func New(opts ...Opt) (*Replicator, error) {
 		return nil, fmt.Errorf("%w: offset map topic is required", ErrBadConfig)
 	case cfg.groupSyncInterval < 0:
 		return nil, fmt.Errorf("%w: group sync interval must not be negative, got %v", ErrBadConfig, cfg.groupSyncInterval)
+	case cfg.configSyncInterval < 0:
+		return nil, fmt.Errorf("%w: config sync interval must not be negative, got %v", ErrBadConfig, cfg.configSyncInterval)
 	}
 	if cfg.log == nil {
 		cfg.log = slog.Default()
@@ -227,6 +234,7 @@ func New(opts ...Opt) (*Replicator, error) {
 	r := &Replicator{
 		cfg: cfg, log: cfg.log.With("component", "replicator"), now: cfg.now, metrics: m,
 		topics: map[string]*topicState{}, changed: make(chan struct{}),
+		lastSrcConfigs: map[string]map[string]string{},
 	}
 	for _, t := range cfg.topics {
 		r.Start(t)
@@ -294,6 +302,10 @@ func (r *Replicator) Run(ctx context.Context) error {
 	if r.cfg.groupSyncInterval > 0 {
 		wg.Add(1)
 		go func() { defer wg.Done(); r.groupSyncer(ctx, r.cfg.groupSyncInterval) }()
+	}
+	if r.cfg.configSyncInterval > 0 {
+		wg.Add(1)
+		go func() { defer wg.Done(); r.configSyncer(ctx, r.cfg.configSyncInterval) }()
 	}
 	for range r.cfg.workers {
 		wg.Add(1)
@@ -416,6 +428,9 @@ func (r *Replicator) Stop(ctx context.Context, topic string) ([]PartitionStatus,
 	}
 	st := r.topicStatusLocked(t)
 	delete(r.topics, topic)
+	r.configMu.Lock()
+	delete(r.lastSrcConfigs, topic)
+	r.configMu.Unlock()
 	r.metrics.forget(topic, t.parts)
 	r.notifyLocked()
 	r.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
+	"reflect"
 	"testing"
 	"time"
 
@@ -275,5 +276,22 @@ func TestTranslateGroupOffset(t *testing.T) {
 				t.Errorf("translateOffset(%d) = %d, %v; want %d, %v", tt.src, got, clamped, tt.want, tt.wantClamped)
 			}
 		})
+	}
+}
+
+func TestConfigDiff(t *testing.T) {
+	src := map[string]string{"retention.ms": "2", "cleanup.policy": "delete"}
+	dst := map[string]string{"retention.ms": "1", "cleanup.policy": "delete", "segment.bytes": "9", "max.message.bytes": "5"}
+	prev := map[string]string{"retention.ms": "1", "max.message.bytes": "5"}
+	got := configDiff("t", src, dst, prev)
+	want := []ConfigChange{
+		{Topic: "t", Key: "max.message.bytes", Old: "5", HadOld: true, Deleted: true},
+		{Topic: "t", Key: "retention.ms", Old: "1", HadOld: true, New: "2"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("configDiff = %+v, want %+v", got, want)
+	}
+	if mirrored("min.insync.replicas") || mirrored("leader.replication.throttled.replicas") || !mirrored("retention.ms") {
+		t.Error("controlled configs")
 	}
 }

@@ -21,7 +21,7 @@ func newReplicatorCmd() *cobra.Command {
 		source, destination, topics, migrating, admin, mapTopic, logLevel string
 		workers                                                           int
 		fetchMax                                                          int32
-		sample, groupSync                                                 time.Duration
+		sample, groupSync, configSync                                     time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "replicator",
@@ -48,7 +48,7 @@ is the checkpoint: a restart resumes from what it holds. Metrics (baton_replicat
 				replicator.Source(splitList(source)...), replicator.Destination(splitList(destination)...),
 				replicator.Topics(ts...), replicator.Workers(workers), replicator.FetchMaxBytes(fetchMax),
 				replicator.SampleInterval(sample), replicator.OffsetMapTopic(mapTopic),
-				replicator.GroupSyncInterval(groupSync),
+				replicator.GroupSyncInterval(groupSync), replicator.ConfigSyncInterval(configSync),
 				replicator.Logger(log), replicator.Registry(reg),
 			)
 			if err != nil {
@@ -89,6 +89,7 @@ is the checkpoint: a restart resumes from what it holds. Metrics (baton_replicat
 	f.Int32Var(&fetchMax, "fetch-max-bytes", replicator.DefaultFetchMaxBytes, "bytes fetched from the source per copy step")
 	f.DurationVar(&sample, "sample-interval", replicator.DefaultSampleInterval, "how often source end offsets are sampled (the lag's resolution)")
 	f.DurationVar(&groupSync, "group-sync-interval", replicator.DefaultGroupSyncInterval, "how often committed consumer-group offsets are copied to the destination (0: off)")
+	f.DurationVar(&configSync, "config-sync-interval", replicator.DefaultConfigSyncInterval, "how often source topic config changes are mirrored to the destination (0: off)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	_ = cmd.MarkFlagRequired("source")
 	_ = cmd.MarkFlagRequired("destination")
