@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -101,6 +102,12 @@ type acked struct {
 // produceN produces n keyed records with headers and returns what was acked.
 func produceN(t *testing.T, cl *kgo.Client, topic string, n int) []acked {
 	t.Helper()
+	return produceRange(t, cl, topic, 0, n)
+}
+
+// produceRange produces records from..from+n-1 (key-i, value-i, header seq).
+func produceRange(t *testing.T, cl *kgo.Client, topic string, from, n int) []acked {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var (
@@ -109,7 +116,7 @@ func produceN(t *testing.T, cl *kgo.Client, topic string, n int) []acked {
 		wg  sync.WaitGroup
 	)
 	errs := make(chan error, n)
-	for i := range n {
+	for i := from; i < from+n; i++ {
 		wg.Add(1)
 		r := &kgo.Record{
 			Topic:   topic,
@@ -283,12 +290,12 @@ func TestLeaderMovesWhileProducing(t *testing.T) {
 	cl := newClient(t, f.addr, kgo.DefaultProduceTopic(topic), kgo.MetadataMinAge(100*time.Millisecond))
 
 	stop := make(chan struct{})
-	moved := make(chan int)
+	var moves atomic.Int64
+	done := make(chan struct{})
 	go func() {
-		n := 0
-		defer func() { moved <- n }()
+		defer close(done)
 		kc := f.src.Kfake()
-		for {
+		for n := 0; ; n++ {
 			select {
 			case <-stop:
 				return
@@ -300,14 +307,22 @@ func TestLeaderMovesWhileProducing(t *testing.T) {
 				t.Errorf("moving %s/%d: %v", topic, p, err)
 				return
 			}
-			n++
+			moves.Add(1)
 		}
 	}()
-	acks := produceN(t, cl, topic, 5000)
-	close(stop)
-	if n := <-moved; n == 0 {
-		t.Fatal("no leader moved while producing; the test proved nothing")
+	// Produce in chunks until enough records went out and leaders moved
+	// several times meanwhile: on a fast machine one bulk produce can end
+	// before the first move.
+	var acks []acked
+	deadline := time.Now().Add(60 * time.Second)
+	for len(acks) < 5000 || moves.Load() < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 60s: %d records, %d leader moves", len(acks), moves.Load())
+		}
+		acks = append(acks, produceRange(t, cl, topic, len(acks), 500)...)
 	}
+	close(stop)
+	<-done
 	checkAcked(t, acks, readAll(t, f.src.Bootstrap(), topic, len(acks)))
 }
 

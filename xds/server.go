@@ -10,7 +10,6 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
@@ -85,7 +84,7 @@ func WithClock(now func() time.Time) Opt { return optFunc(func(c *serverConfig) 
 type Server struct {
 	log   *slog.Logger
 	now   func() time.Time
-	cache cache.SnapshotCache
+	cache *groupCache
 	ads   server.Server
 
 	// pubMu orders snapshot publication: Update and first-sight of a node
@@ -123,7 +122,7 @@ func NewServer(opts ...Opt) *Server {
 	}
 	s := &Server{
 		log: cfg.log.With("component", "xds"), now: cfg.now,
-		cache:  cache.NewSnapshotCache(true, groupHash{}, nil),
+		cache:  newGroupCache(),
 		groups: map[string][2]string{}, nodes: map[string]*NodeStatus{},
 		streams: map[int64]*streamState{}, changed: make(chan struct{}),
 	}
@@ -156,7 +155,7 @@ func (s *Server) Update(res Resources) {
 
 func (s *Server) setLocked(key, namespace, workload string) {
 	snap := buildSnapshot(&s.cur, "c"+FormatVersion(s.clusterVersion), namespace, workload)
-	if err := s.cache.SetSnapshot(context.Background(), key, snap); err != nil {
+	if err := s.cache.set(key, snap); err != nil {
 		s.log.Error("setting snapshot", "group", key, "err", err)
 	}
 }

@@ -1,10 +1,12 @@
-// Package xds owns Baton's xDS wiring: the ADS server on go-control-plane's
-// snapshot cache that serves Cluster and TopicRoute resources (api/baton/v1)
-// to agents, targeted per node by its metadata (namespace, workload), with
-// every node's ACKs and NACKs recorded; and the client side agents and test
-// stand-ins use: Client subscribes over ADS, applies each response through a
-// callback and ACKs or NACKs it, reconnecting until stopped; LeaseKeeper
-// heartbeats to the Lease service and says whether the agent may forward.
+// Package xds owns Baton's xDS wiring: the ADS server (go-control-plane's,
+// on a cache that marshals each node group's resources once per version and
+// shares them across the group's nodes) that serves Cluster and TopicRoute
+// resources (api/baton/v1) to agents, targeted per node by its metadata
+// (namespace, workload), with every node's ACKs and NACKs recorded; and the
+// client side agents and test stand-ins use: Client subscribes over ADS,
+// applies each response through a callback and ACKs or NACKs it,
+// reconnecting until stopped; LeaseKeeper heartbeats to the Lease service
+// and says whether the agent may forward.
 //
 // Versions: every response's version_info is the control plane's config
 // version (a decimal uint64) for TopicRoute, and a cluster-set version for
