@@ -3,7 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
-	"sort"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -177,12 +177,19 @@ func (f *inflight) done(topics []string, answered bool, sent time.Time, deadline
 	f.add(topics, -1)
 }
 
-// sortedTopics returns the distinct topics of a set, sorted.
-func sortedTopics(set map[string]bool) []string {
-	out := make([]string, 0, len(set))
-	for t := range set {
-		out = append(out, t)
+// forwardedTopics returns the distinct topics of the shards that went to
+// the source, for the in-flight counts.
+func (a *Agent) forwardedTopics(ss []sent, parts []tp) []string {
+	var out []string
+	for _, sh := range ss {
+		if sh.err != nil || sh.s.up != a.src {
+			continue
+		}
+		for _, i := range sh.s.idx {
+			if !slices.Contains(out, parts[i].topic) {
+				out = append(out, parts[i].topic)
+			}
+		}
 	}
-	sort.Strings(out)
 	return out
 }

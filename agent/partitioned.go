@@ -257,15 +257,7 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 	}
 	// Count what went to the source until it is answered (or could no
 	// longer be written), for the drain the control plane waits on.
-	srcSet := map[string]bool{}
-	for _, sh := range ss {
-		if sh.err == nil && sh.s.up == r.a.src {
-			for _, i := range sh.s.idx {
-				srcSet[parts[i].topic] = true
-			}
-		}
-	}
-	srcTopics := sortedTopics(srcSet)
+	srcTopics := r.a.forwardedTopics(ss, parts)
 	r.a.inflight.add(srcTopics, 1)
 	if !expect {
 		r.a.inflight.done(srcTopics, false, start, r.a.cfg.forwardDeadline)
