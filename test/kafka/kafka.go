@@ -135,6 +135,7 @@ type Cluster struct {
 	nodes     []Node
 	procs     []*proc // nil entries for a cluster found by Open
 	removeDir bool
+	portLocks portLocks // released by Stop
 
 	stopOnce sync.Once
 	stopErr  error
@@ -202,6 +203,7 @@ func (c *Cluster) stop() error {
 	if err := killStragglers(c.dir); err != nil {
 		errs = append(errs, err)
 	}
+	c.portLocks.release()
 	if len(errs) == 0 {
 		_ = os.Remove(filepath.Join(c.dir, stateFile))
 		if c.removeDir {

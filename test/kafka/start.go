@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -77,7 +76,7 @@ func Start(ctx context.Context, opts ...Opt) (*Cluster, error) {
 		attempts = 3 // free ports can be taken between picking and binding
 	}
 	for attempt := 1; ; attempt++ {
-		ports, err := pickPorts(cfg)
+		ports, locks, err := pickPorts(cfg)
 		if err != nil {
 			if removeDir {
 				_ = os.RemoveAll(dir)
@@ -87,8 +86,10 @@ func Start(ctx context.Context, opts ...Opt) (*Cluster, error) {
 		c, err := launch(ctx, cfg, dir, ports, java, cp)
 		if err == nil {
 			c.removeDir = removeDir
+			c.portLocks = locks
 			return c, nil
 		}
+		locks.release()
 		if attempt >= attempts || !errors.Is(err, errPortInUse) || ctx.Err() != nil {
 			if removeDir {
 				_ = os.RemoveAll(dir)
@@ -98,32 +99,18 @@ func Start(ctx context.Context, opts ...Opt) (*Cluster, error) {
 	}
 }
 
-// pickPorts returns 2n ports: n client ports then n controller ports.
-func pickPorts(cfg config) ([]int, error) {
+// pickPorts returns 2n ports, n client ports then n controller ports, and
+// the locks reserving them (none for fixed ports).
+func pickPorts(cfg config) ([]int, portLocks, error) {
 	n := 2 * cfg.brokers
-	ports := make([]int, n)
 	if cfg.firstPort > 0 {
+		ports := make([]int, n)
 		for i := range ports {
 			ports[i] = cfg.firstPort + i
 		}
-		return ports, nil
+		return ports, nil, nil
 	}
-	// Hold every listener until all are picked so that the ports differ.
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("kafka: picking a free loopback port: %w", err)
-		}
-		ls = append(ls, l)
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-	}
-	return ports, nil
+	return reservePorts(n)
 }
 
 // launch does one attempt at starting the cluster in dir.
@@ -285,8 +272,8 @@ func (c *Cluster) client() (*kgo.Client, error) {
 	return cl, nil
 }
 
-// Ready returns nil if every node answers a Metadata request that lists
-// every node as a broker.
+// Ready returns nil if every node's address answers a Metadata request
+// with this cluster's id and every node, at its own port, as a broker.
 func (c *Cluster) Ready(ctx context.Context) error {
 	cl, err := c.client()
 	if err != nil {
@@ -299,21 +286,38 @@ func (c *Cluster) Ready(ctx context.Context) error {
 func (c *Cluster) ready(ctx context.Context, cl *kgo.Client) error {
 	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	// Straight Metadata requests: kadm's BrokerMetadata may answer from
-	// franz-go's metadata cache, which can keep a stale broker list.
+	want := make(map[int32]int, len(c.nodes))
 	for _, nd := range c.nodes {
+		want[int32(nd.ID)] = nd.Port
+	}
+	// Ask each seed (each node's own address) directly: by node id the
+	// client would go wherever metadata says, and a foreign broker that
+	// took one of our ports would answer for a foreign cluster. The
+	// cluster id and the broker list tell a foreign broker apart.
+	for _, seed := range cl.SeedBrokers() {
 		req := kmsg.NewPtrMetadataRequest()
 		req.Topics = []kmsg.MetadataRequestTopic{} // brokers only
-		resp, err := req.RequestWith(rctx, cl.Broker(nd.ID))
+		resp, err := req.RequestWith(rctx, seed)
 		if err != nil {
-			return fmt.Errorf("metadata from node %d: %w", nd.ID, err)
+			return fmt.Errorf("metadata from a node: %w", err)
 		}
-		if len(resp.Brokers) != len(c.nodes) {
-			ids := make([]int32, len(resp.Brokers))
-			for i, b := range resp.Brokers {
-				ids[i] = b.NodeID
+		if resp.ClusterID == nil || *resp.ClusterID != c.clusterID {
+			got := "none"
+			if resp.ClusterID != nil {
+				got = *resp.ClusterID
 			}
-			return fmt.Errorf("node %d lists brokers %v, want %d", nd.ID, ids, len(c.nodes))
+			return fmt.Errorf("a node of %s answers for cluster %s, not %s (is another broker on one of its ports?)", c.Bootstrap(), got, c.clusterID)
+		}
+		listed := make([]string, len(resp.Brokers))
+		match := len(resp.Brokers) == len(want)
+		for i, b := range resp.Brokers {
+			listed[i] = fmt.Sprintf("%d@%s:%d", b.NodeID, b.Host, b.Port)
+			if p, ok := want[b.NodeID]; !ok || int(b.Port) != p {
+				match = false
+			}
+		}
+		if !match {
+			return fmt.Errorf("a node lists brokers %v, want the %d of %s", listed, len(c.nodes), c.Bootstrap())
 		}
 	}
 	return nil
