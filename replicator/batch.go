@@ -1,10 +1,15 @@
 package replicator
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // Record batch v2 layout (KAFKA-FACTS.md): the CRC-32C at bytes 17..21
@@ -20,6 +25,8 @@ const (
 	offBaseSeq     = 53
 	offNumRecords  = 57
 
+	attrCodec         = 0x07
+	attrLogAppendTime = 0x08
 	attrTransactional = 0x10
 	attrControl       = 0x20
 )
@@ -47,6 +54,13 @@ func (b batch) transactional() bool { return b.attributes&attrTransactional != 0
 // its base to its last (compaction can leave holes inside a batch).
 func (b batch) contiguous() bool { return int64(b.numRecords) == int64(b.lastDelta)+1 }
 
+// srcRun is a run of n consecutive source offsets starting at src, held by
+// consecutive records of a batch as written to D.
+type srcRun struct {
+	src int64
+	n   int32
+}
+
 // splitBatches splits fetched record bytes into whole v2 batches. A
 // truncated batch at the end (fetches may cut one off) is dropped; anything
 // that is not magic 2 is an error.
@@ -63,7 +77,7 @@ func splitBatches(raw []byte) ([]batch, error) {
 		}
 		b := raw[:total:total]
 		if b[offMagic] != 2 {
-			return out, fmt.Errorf("%w: magic %d (only v2 batches are copied)", ErrBadBatch, b[offMagic])
+			return out, fmt.Errorf("%w: %w: magic %d (only v2 batches are copied)", ErrUnsupported, ErrBadBatch, b[offMagic])
 		}
 		if want, got := binary.BigEndian.Uint32(b[offCRC:]), crc32.Checksum(b[offAttributes:], castagnoli); want != got {
 			return out, fmt.Errorf("%w: crc %08x, computed %08x", ErrBadBatch, want, got)
@@ -96,6 +110,119 @@ func rewriteBatch(raw []byte, producerID int64, epoch int16, baseSeq int32) []by
 	binary.BigEndian.PutUint32(b[offBaseSeq:], uint32(baseSeq))
 	binary.BigEndian.PutUint32(b[offCRC:], crc32.Checksum(b[offAttributes:], castagnoli))
 	return b
+}
+
+// decompressor undoes any Kafka codec; kgo's default one is safe for
+// concurrent use.
+var decompressor = kgo.DefaultDecompressor()
+
+// compressors holds one kgo compressor per codec (index = codec type),
+// built on first use; kgo's compressors are safe for concurrent use.
+var compressors = sync.OnceValues(func() ([5]kgo.Compressor, error) {
+	var out [5]kgo.Compressor
+	for i, c := range []kgo.CompressionCodec{kgo.GzipCompression(), kgo.SnappyCompression(), kgo.Lz4Compression(), kgo.ZstdCompression()} {
+		comp, err := kgo.DefaultCompressor(c)
+		if err != nil {
+			return out, err
+		}
+		out[i+1] = comp
+	}
+	return out, nil
+})
+
+// reencodeBatch returns a v2 batch holding raw's records at source offsets
+// from on, renumbered with contiguous offset deltas 0..n-1, and the runs of
+// source offsets they came from. Compaction leaves batches whose records do
+// not fill their offset range (the cleaner keeps a batch's base and last
+// offset so that producer sequences survive), and a resume can start inside
+// a batch; Kafka refuses a produced batch whose deltas have holes. Records
+// keep their bytes but the offset delta (key, value, headers, attributes,
+// timestamp delta); the batch keeps its codec (decompressed and compressed
+// again with kgo's codecs), base timestamp, attributes and producer fields;
+// the last offset delta, record count, max timestamp (create time), length
+// and CRC-32C are recomputed. No record at or after from returns nil runs.
+func reencodeBatch(raw []byte, from int64) ([]byte, []srcRun, error) {
+	var rb kmsg.RecordBatch
+	if err := rb.ReadFrom(raw); err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", ErrBadBatch, err)
+	}
+	codec := rb.Attributes & attrCodec
+	if codec > 4 {
+		return nil, nil, fmt.Errorf("%w: compression codec %d", ErrBadBatch, codec)
+	}
+	body, err := decompressor.Decompress(rb.Records, kgo.CompressionCodecType(codec))
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: decompressing: %v", ErrBadBatch, err)
+	}
+	var (
+		recs   []byte
+		runs   []srcRun
+		n      int32
+		maxTS  = rb.FirstTimestamp
+		prev   = int32(-1)
+		scr    []byte
+		record kmsg.Record
+	)
+	for i := int32(0); i < rb.NumRecords; i++ {
+		l, w := binary.Varint(body)
+		if w <= 0 || l < 0 || int64(len(body)-w) < l {
+			return nil, nil, fmt.Errorf("%w: record %d of the batch at %d is cut short", ErrBadBatch, i, rb.FirstOffset)
+		}
+		one := body[:w+int(l)]
+		body = body[w+int(l):]
+		if err := record.ReadFrom(one); err != nil {
+			return nil, nil, fmt.Errorf("%w: record %d of the batch at %d: %v", ErrBadBatch, i, rb.FirstOffset, err)
+		}
+		if record.OffsetDelta <= prev || record.OffsetDelta > rb.LastOffsetDelta {
+			return nil, nil, fmt.Errorf("%w: record %d of the batch at %d has offset delta %d after %d (last %d)",
+				ErrBadBatch, i, rb.FirstOffset, record.OffsetDelta, prev, rb.LastOffsetDelta)
+		}
+		prev = record.OffsetDelta
+		off := rb.FirstOffset + int64(record.OffsetDelta)
+		if off < from {
+			continue
+		}
+		if k := len(runs) - 1; k >= 0 && runs[k].src+int64(runs[k].n) == off {
+			runs[k].n++
+		} else {
+			runs = append(runs, srcRun{src: off, n: 1})
+		}
+		maxTS = max(maxTS, rb.FirstTimestamp+record.TimestampDelta64)
+		record.OffsetDelta = n
+		record.Length = 0 // one varint byte, replaced by the real length
+		scr = record.AppendTo(scr[:0])
+		recs = binary.AppendVarint(recs, int64(len(scr)-1))
+		recs = append(recs, scr[1:]...)
+		n++
+	}
+	if len(body) != 0 {
+		return nil, nil, fmt.Errorf("%w: %d bytes after the last record of the batch at %d", ErrBadBatch, len(body), rb.FirstOffset)
+	}
+	if n == 0 {
+		return nil, nil, nil
+	}
+	if codec != 0 {
+		comps, err := compressors()
+		if err != nil {
+			return nil, nil, fmt.Errorf("replicator: compressors: %w", err)
+		}
+		var buf bytes.Buffer
+		out, used := comps[codec].Compress(&buf, recs)
+		if used != kgo.CompressionCodecType(codec) {
+			return nil, nil, fmt.Errorf("replicator: compressing the batch at %d with codec %d failed", rb.FirstOffset, codec)
+		}
+		recs = out
+	}
+	rb.LastOffsetDelta = n - 1
+	rb.NumRecords = n
+	if rb.Attributes&attrLogAppendTime == 0 {
+		rb.MaxTimestamp = maxTS
+	}
+	rb.Records = recs
+	b := rb.AppendTo(make([]byte, 0, batchHeaderLen+len(recs)))
+	binary.BigEndian.PutUint32(b[8:12], uint32(len(b)-12))
+	binary.BigEndian.PutUint32(b[offCRC:], crc32.Checksum(b[offAttributes:], castagnoli))
+	return b, runs, nil
 }
 
 // nextSeq advances an idempotent sequence past a batch of n offsets,

@@ -103,6 +103,9 @@ func (r *Replicator) initPartition(ctx context.Context, p *partState) error {
 	} else if end.Err != nil {
 		return fmt.Errorf("destination end offset: %w", end.Err)
 	}
+	if err := r.dropStaleSegments(ctx, p, end.Offset); err != nil {
+		return err
+	}
 	// Other partitions' workers add to the same map: read it under r.mu.
 	r.mu.Lock()
 	m := r.maps[p.topic]
@@ -133,6 +136,42 @@ func (r *Replicator) initPartition(ctx context.Context, p *partState) error {
 	return nil
 }
 
+// dropStaleSegments withdraws p's segments beyond D's end offset dEnd: they
+// were written for a batch that never reached D (the process stopped, or D
+// refused it, between the segment and the batch). The source may have
+// changed since (compaction), so they cannot be trusted to describe the
+// batch copied there next; a tombstone on D removes each, acks=all, before
+// anything is copied. A segment at dEnd itself stays: its source offset is
+// where the copy resumes, and nothing before it is left to copy.
+func (r *Replicator) dropStaleSegments(ctx context.Context, p *partState, dEnd int64) error {
+	r.mu.Lock()
+	var stale []Segment
+	for _, s := range r.maps[p.topic][p.p] {
+		if s.Dst > dEnd {
+			stale = append(stale, s)
+		}
+	}
+	r.mu.Unlock()
+	if len(stale) == 0 {
+		return nil
+	}
+	recs := make([]*kgo.Record, len(stale))
+	for i, s := range stale {
+		recs[i] = &kgo.Record{Topic: r.cfg.mapTopic, Partition: 0, Key: s.key()}
+	}
+	if err := r.writeMap(ctx, recs); err != nil {
+		return fmt.Errorf("%s/%d: withdrawing offset map segments beyond the destination end %d: %w", p.topic, p.p, dEnd, err)
+	}
+	r.mu.Lock()
+	for _, s := range stale {
+		r.maps[p.topic].remove(p.p, s.Dst)
+	}
+	r.mu.Unlock()
+	r.log.Info("withdrew offset map segments of a batch that never reached the destination",
+		"topic", p.topic, "partition", p.p, "destination_end", dEnd, "segments", len(stale))
+	return nil
+}
+
 func boolGauge(b bool) float64 {
 	if b {
 		return 1
@@ -160,7 +199,9 @@ func (r *Replicator) producerFor(ctx context.Context, p *partState) (producerID,
 	if err == nil {
 		err = kerr.ErrorForCode(resp.ErrorCode)
 	}
-	if err != nil {
+	if err != nil && isKafkaErr(err) && !kerr.IsRetriable(err) {
+		return producerID{}, fmt.Errorf("%w: %s/%d: InitProducerId: %w", ErrDestinationRejected, p.topic, p.p, err)
+	} else if err != nil {
 		return producerID{}, fmt.Errorf("InitProducerId on the destination: %w", err)
 	}
 	got := producerID{id: resp.ProducerID, epoch: resp.ProducerEpoch}
@@ -276,9 +317,6 @@ func (r *Replicator) step(ctx context.Context, p *partState) (err error) {
 		if b.lastOffset() < p.next {
 			continue // before the fetch offset: already copied
 		}
-		if b.baseOffset < p.next {
-			return fmt.Errorf("%w: batch %d..%d starts before the next offset %d", ErrUnsupported, b.baseOffset, b.lastOffset(), p.next)
-		}
 		if b.baseOffset >= fp.LastStableOffset && fp.LastStableOffset >= 0 {
 			break // not yet decided (kfake may return past the LSO)
 		}
@@ -287,16 +325,28 @@ func (r *Replicator) step(ctx context.Context, p *partState) (err error) {
 			if b.control() {
 				reason = "control"
 			}
-			r.metrics.skipped.WithLabelValues(p.topic, reason).Inc()
-			r.mu.Lock()
-			p.next = b.lastOffset() + 1
-			r.mu.Unlock()
+			r.skip(p, b, reason)
 			continue
 		}
-		if !b.contiguous() {
-			return fmt.Errorf("%w: batch at %d holds %d records over %d offsets (compacted)", ErrUnsupported, b.baseOffset, b.numRecords, b.lastDelta+1)
+		if b.numRecords == 0 {
+			r.skip(p, b, "empty") // compaction keeps a batch's producer state
+			continue
 		}
-		if err := r.copyBatch(ctx, p, b); err != nil {
+		raw, runs := b.raw, []srcRun{{src: b.baseOffset, n: b.numRecords}}
+		if !b.contiguous() || b.baseOffset < p.next {
+			// Compaction removed records inside the batch, or the copy
+			// resumes inside it (D ends at a record followed by a hole).
+			var err error
+			if raw, runs, err = reencodeBatch(b.raw, p.next); err != nil {
+				return err
+			}
+			if len(runs) == 0 {
+				r.skip(p, b, "empty")
+				continue
+			}
+			r.metrics.reencoded.WithLabelValues(p.topic).Inc()
+		}
+		if err := r.copyBatch(ctx, p, b, raw, runs); err != nil {
 			return err
 		}
 	}
@@ -328,13 +378,29 @@ func (r *Replicator) outOfRange(ctx context.Context, p *partState, fp kmsg.Fetch
 	return fmt.Errorf("%w: %s/%d: next source offset %d is beyond the source end %d", ErrDestinationDiverged, p.topic, p.p, p.next, fp.HighWatermark)
 }
 
-// copyBatch writes one source batch to D at the destination end, recording
-// a new offset map segment first when the offset delta changes.
-func (r *Replicator) copyBatch(ctx context.Context, p *partState, b batch) error {
-	if d := b.baseOffset - p.dstEnd; d != p.delta {
-		seg := Segment{Topic: p.topic, Partition: p.p, Dst: p.dstEnd, Src: b.baseOffset}
-		if err := r.writeSegment(ctx, seg); err != nil {
-			return err
+// skip moves p past a batch that has nothing to copy.
+func (r *Replicator) skip(p *partState, b batch, reason string) {
+	r.metrics.skipped.WithLabelValues(p.topic, reason).Inc()
+	r.mu.Lock()
+	p.next = b.lastOffset() + 1
+	r.mu.Unlock()
+}
+
+// copyBatch writes one source batch b, as raw (b.raw or its re-encoding)
+// whose records hold the source offsets runs, to D at the destination end.
+// Where a run's offset delta differs from the one in force, an offset map
+// segment is recorded first, all of the batch's segments acknowledged by
+// D before the batch is sent.
+func (r *Replicator) copyBatch(ctx context.Context, p *partState, b batch, raw []byte, runs []srcRun) error {
+	segs, delta, n := segmentsFor(p.topic, p.p, p.dstEnd, p.delta, runs)
+	if len(segs) > 0 {
+		recs := make([]*kgo.Record, len(segs))
+		for i, s := range segs {
+			v, _ := json.Marshal(s)
+			recs[i] = &kgo.Record{Topic: r.cfg.mapTopic, Partition: 0, Key: s.key(), Value: v}
+		}
+		if err := r.writeMap(ctx, recs); err != nil {
+			return fmt.Errorf("%s/%d: writing offset map segments: %w", p.topic, p.p, err)
 		}
 		r.mu.Lock()
 		m := r.maps[p.topic]
@@ -342,15 +408,18 @@ func (r *Replicator) copyBatch(ctx context.Context, p *partState, b batch) error
 			m = OffsetMap{}
 			r.maps[p.topic] = m
 		}
-		m.add(seg)
-		p.delta = d
+		for _, s := range segs {
+			m.add(s)
+		}
+		p.delta = delta
 		r.mu.Unlock()
 		r.metrics.mapped.WithLabelValues(p.topic, itoa(p.p)).Set(1)
-		r.log.Info("offset map segment", "topic", p.topic, "partition", p.p, "destination", seg.Dst, "source", seg.Src)
+		r.log.Debug("offset map segments", "topic", p.topic, "partition", p.p, "segments", len(segs),
+			"first_destination", segs[0].Dst, "first_source", segs[0].Src)
 	}
-	raw := rewriteBatch(b.raw, p.prod.id, p.prod.epoch, p.seq)
+	out := rewriteBatch(raw, p.prod.id, p.prod.epoch, p.seq)
 	start := time.Now()
-	base, err := r.produce(ctx, p, raw)
+	base, err := r.produce(ctx, p, out, b.baseOffset)
 	if err != nil {
 		return err
 	}
@@ -359,26 +428,44 @@ func (r *Replicator) copyBatch(ctx context.Context, p *partState, b batch) error
 		return fmt.Errorf("%w: %s/%d: batch landed at %d, expected the destination end %d (another writer?)", ErrDestinationDiverged, p.topic, p.p, base, p.dstEnd)
 	}
 	r.mu.Lock()
-	p.dstEnd += int64(b.numRecords)
+	p.dstEnd += n
 	p.next = b.lastOffset() + 1
-	p.seq = nextSeq(p.seq, b.lastDelta+1)
+	p.seq = nextSeq(p.seq, int32(n))
 	r.mu.Unlock()
-	r.metrics.records.WithLabelValues(p.topic).Add(float64(b.numRecords))
-	r.metrics.bytes.WithLabelValues(p.topic).Add(float64(len(b.raw)))
+	r.metrics.records.WithLabelValues(p.topic).Add(float64(n))
+	r.metrics.bytes.WithLabelValues(p.topic).Add(float64(len(raw)))
 	r.metrics.batches.WithLabelValues(p.topic).Inc()
 	return nil
 }
 
-// writeSegment persists one offset map segment on D, acknowledged by all
-// replicas, before the batch it describes is written.
-func (r *Replicator) writeSegment(ctx context.Context, s Segment) error {
-	v, _ := json.Marshal(s)
+// segmentsFor returns the offset map segments that describe a batch whose
+// records hold the source offsets runs when it is written at destination
+// offset dstEnd with delta (source - destination) in force: one wherever
+// the delta changes. It also returns the delta in force after the batch and
+// the batch's record count.
+func segmentsFor(topic string, p int32, dstEnd, delta int64, runs []srcRun) ([]Segment, int64, int64) {
+	var segs []Segment
+	n := int64(0)
+	for _, run := range runs {
+		if d := run.src - (dstEnd + n); d != delta {
+			segs = append(segs, Segment{Topic: topic, Partition: p, Dst: dstEnd + n, Src: run.src})
+			delta = d
+		}
+		n += int64(run.n)
+	}
+	return segs, delta, n
+}
+
+// writeMap writes offset map records (segments, or tombstones withdrawing
+// them) to D in order, acknowledged by all replicas.
+func (r *Replicator) writeMap(ctx context.Context, recs []*kgo.Record) error {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.requestTimeout)
 	defer cancel()
-	if err := r.dst.ProduceSync(wctx, &kgo.Record{Topic: r.cfg.mapTopic, Partition: 0, Key: s.key(), Value: v}).FirstErr(); err != nil {
-		return fmt.Errorf("writing offset map segment: %w", err)
+	err := r.dst.ProduceSync(wctx, recs...).FirstErr()
+	if err != nil && isKafkaErr(err) && !kerr.IsRetriable(err) {
+		return fmt.Errorf("%w: offset map topic %s: %w", ErrDestinationRejected, r.cfg.mapTopic, err)
 	}
-	return nil
+	return err
 }
 
 // produce writes one rewritten batch to D.T.p with acks=all and returns
@@ -386,7 +473,7 @@ func (r *Replicator) writeSegment(ctx context.Context, s Segment) error {
 // drops a duplicate of an attempt that was written but not answered. It
 // never abandons a request on the wire: ctx ending stops further retries
 // only.
-func (r *Replicator) produce(ctx context.Context, p *partState, raw []byte) (int64, error) {
+func (r *Replicator) produce(ctx context.Context, p *partState, raw []byte, srcBase int64) (int64, error) {
 	req := kmsg.NewPtrProduceRequest()
 	req.Acks = -1
 	req.TimeoutMillis = int32(r.cfg.requestTimeout / time.Millisecond)
@@ -406,7 +493,13 @@ func (r *Replicator) produce(ctx context.Context, p *partState, raw []byte) (int
 			return base, nil
 		}
 		retriable := kerr.IsRetriable(err) || !isKafkaErr(err)
-		if !retriable || ctx.Err() != nil || attempt >= 10 {
+		if !retriable {
+			// D refuses the batch (too large, not authorized...): the
+			// partition stops here and the worker retries it with backoff
+			// until an operator fixes D; nothing after it is copied.
+			return 0, fmt.Errorf("%w: %s/%d: batch at source offset %d (%d bytes): %w", ErrDestinationRejected, p.topic, p.p, srcBase, len(raw), err)
+		}
+		if ctx.Err() != nil || attempt >= 10 {
 			return 0, fmt.Errorf("produce to %s/%d: %w", p.topic, p.p, err)
 		}
 		p.dstLeader = -1

@@ -7,7 +7,12 @@
 //   - Batches are copied byte for byte (boundaries, compression, timestamps,
 //     headers). Only the producer id, epoch and base sequence are rewritten,
 //     to the replicator's own idempotent producer on D, and the
-//     transactional bit is cleared; the CRC-32C is recomputed.
+//     transactional bit is cleared; the CRC-32C is recomputed. A batch whose
+//     records do not fill its offset range (compaction removed some) is
+//     re-encoded with contiguous offset deltas, same codec and records.
+//   - A batch D refuses (too large, not authorized) stops its partition with
+//     ErrDestinationRejected in Status; the partition is retried with
+//     backoff and nothing after the batch is copied until D accepts it.
 //   - Produce to D uses acks=all and one batch in flight per partition, with
 //     per-partition sequences, so D holds each batch once and in order even
 //     when a produce is retried.
@@ -20,9 +25,10 @@
 //   - Offset parity (DESIGN invariant 3): where S.T.p starts at 0 and is
 //     contiguous, D.T.p at o holds S.T.p's record at o. Where S has gaps
 //     (markers, aborted data, a log start above 0, records deleted before
-//     they were copied), the offsets shift and an exact offset map is
-//     persisted on D (OffsetMapTopic), written and acknowledged before the
-//     first batch it describes. Status reports exact or mapped parity per
+//     they were copied, records removed by compaction, also inside a batch),
+//     the offsets shift and an exact offset map is persisted on D
+//     (OffsetMapTopic), written and acknowledged before the batch it
+//     describes; segments beyond D's end are withdrawn on resume. Status reports exact or mapped parity per
 //     partition.
 //   - D is the checkpoint: a (re)started replicator resumes each partition
 //     at D's end offset translated through the offset map. Run returns

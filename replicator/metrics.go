@@ -12,6 +12,8 @@ type metrics struct {
 	groupSynced, groupClamped *prometheus.CounterVec
 	groupSkippedActive        prometheus.Counter
 	configChanges             *prometheus.CounterVec
+	reencoded                 *prometheus.CounterVec
+	partitionError            *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -45,9 +47,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Groups left alone in a sync pass because they have active members on the destination."}),
 		configChanges: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "baton_replicator_topic_config_changes_total",
 			Help: "Topic config changes on the source mirrored to the destination, by op (set or delete)."}, []string{"topic", "op"}),
+		reencoded: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "baton_replicator_reencoded_batches_total",
+			Help: "Source batches re-encoded with contiguous offsets before copying: compaction removed records inside them, or the copy resumed inside them."}, []string{"topic"}),
+		partitionError: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "baton_replicator_partition_error",
+			Help: "1 while a partition's last copy step failed, labelled with the error kind (a Kafka error name such as MESSAGE_TOO_LARGE or TOPIC_AUTHORIZATION_FAILED); the partition does not advance until a step succeeds."}, []string{"topic", "partition", "kind"}),
 	}
 	for _, c := range []prometheus.Collector{m.lag, m.topicLag, m.mapped, m.records, m.bytes, m.batches, m.skipped, m.errors, m.lost, m.produceLatency,
-		m.groupSynced, m.groupClamped, m.groupSkippedActive, m.configChanges} {
+		m.groupSynced, m.groupClamped, m.groupSkippedActive, m.configChanges, m.reencoded, m.partitionError} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -60,6 +66,7 @@ func (m *metrics) forget(topic string, parts map[int32]*partState) {
 	for p := range parts {
 		m.lag.DeleteLabelValues(topic, itoa(p))
 		m.mapped.DeleteLabelValues(topic, itoa(p))
+		m.partitionError.DeletePartialMatch(prometheus.Labels{"topic": topic, "partition": itoa(p)})
 	}
 	m.topicLag.DeleteLabelValues(topic)
 }

@@ -50,20 +50,21 @@ func (m OffsetMap) ToSource(p int32, dst int64) int64 {
 }
 
 // ToDestination translates source offset src of partition p to the
-// destination offset that holds it (or the next record after it, for a
-// source offset that was skipped: a marker or aborted data).
+// destination offset that holds it, or that holds the next copied record
+// for a source offset that was not copied (a transaction marker, aborted
+// data, a record compaction removed). Segments' source offsets increase
+// with their destination offsets.
 func (m OffsetMap) ToDestination(p int32, src int64) int64 {
 	segs := m[p]
-	for i := len(segs) - 1; i >= 0; i-- {
-		if segs[i].Src <= src {
-			d := segs[i].Dst + (src - segs[i].Src)
-			if i+1 < len(segs) && d > segs[i+1].Dst {
-				d = segs[i+1].Dst // src fell in a skipped range
-			}
-			return d
-		}
+	i := sort.Search(len(segs), func(i int) bool { return segs[i].Src > src }) - 1
+	if i < 0 {
+		return src
 	}
-	return src
+	d := segs[i].Dst + (src - segs[i].Src)
+	if i+1 < len(segs) && d > segs[i+1].Dst {
+		d = segs[i+1].Dst // src fell in a skipped range
+	}
+	return d
 }
 
 // delta returns src - dst in force at destination offset dst.
@@ -87,6 +88,30 @@ func (m OffsetMap) add(s Segment) {
 		segs[i] = s
 	}
 	m[s.Partition] = segs
+}
+
+// remove drops partition p's segment at destination offset dst, if any.
+func (m OffsetMap) remove(p int32, dst int64) {
+	segs := m[p]
+	i := sort.Search(len(segs), func(i int) bool { return segs[i].Dst >= dst })
+	if i < len(segs) && segs[i].Dst == dst {
+		m[p] = append(segs[:i], segs[i+1:]...)
+	}
+}
+
+// parseSegmentKey reads a map record key, topic/partition/dst (topic names
+// cannot hold a slash).
+func parseSegmentKey(k []byte) (topic string, p int32, dst int64, ok bool) {
+	parts := strings.Split(string(k), "/")
+	if len(parts) != 3 {
+		return "", 0, 0, false
+	}
+	pp, err1 := strconv.ParseInt(parts[1], 10, 32)
+	d, err2 := strconv.ParseInt(parts[2], 10, 64)
+	if err1 != nil || err2 != nil {
+		return "", 0, 0, false
+	}
+	return parts[0], int32(pp), d, true
 }
 
 // ensureMapTopic creates the offset map topic on D if it is missing.
@@ -136,7 +161,13 @@ func LoadOffsetMaps(ctx context.Context, seeds []string, mapTopic string, opts .
 		}
 		fs.EachRecord(func(r *kgo.Record) {
 			var s Segment
-			if json.Unmarshal(r.Value, &s) == nil {
+			if r.Value == nil {
+				// A tombstone withdraws a segment written for a batch that
+				// never reached D (see initPartition).
+				if topic, p, dst, ok := parseSegmentKey(r.Key); ok && out[topic] != nil {
+					out[topic].remove(p, dst)
+				}
+			} else if json.Unmarshal(r.Value, &s) == nil {
 				m := out[s.Topic]
 				if m == nil {
 					m = OffsetMap{}

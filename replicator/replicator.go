@@ -37,8 +37,14 @@ var (
 	// replicator did not put there, or fewer partitions do not line up.
 	ErrDestinationDiverged = errors.New("replicator: destination diverged")
 	// ErrUnsupported is reported for source data the replicator cannot copy
-	// exactly (pre-v2 batches, batches with compacted-away records inside).
+	// exactly: pre-v2 (magic 0 or 1) record batches.
 	ErrUnsupported = errors.New("replicator: unsupported source data")
+	// ErrDestinationRejected is reported for a partition whose batch D
+	// refuses with a non-retriable error (MESSAGE_TOO_LARGE,
+	// TOPIC_AUTHORIZATION_FAILED...), which it wraps with the topic,
+	// partition and source offset. The partition stops advancing and is
+	// retried with backoff until D accepts the batch; nothing is skipped.
+	ErrDestinationRejected = errors.New("replicator: destination rejected the write")
 	// ErrSourceDataLost is reported when S deleted records (retention)
 	// before they were copied: the offset map records the gap.
 	ErrSourceDataLost = errors.New("replicator: source records deleted before they were copied")
@@ -457,12 +463,29 @@ func (r *Replicator) worker(ctx context.Context) {
 			p.failures++
 			backoff := min(r.cfg.maxBackoff, 100*time.Millisecond<<min(p.failures-1, 10))
 			p.retryAt = time.Now().Add(backoff)
-			if !errors.Is(err, p.err) {
-				r.log.Warn("copy step failed", "topic", p.topic, "partition", p.p, "err", err, "retry_in", backoff)
+			kind := errKind(err)
+			if p.err == nil || p.err.Error() != err.Error() {
+				// Logged when the error changes, not on every retry.
+				lvl := slog.LevelWarn
+				if errors.Is(err, ErrDestinationRejected) {
+					lvl = slog.LevelError
+				}
+				r.log.Log(ctx, lvl, "copy step failed", "topic", p.topic, "partition", p.p, "kind", kind, "err", err,
+					"source_next", p.next, "retry_in", backoff)
+			}
+			if p.err != nil {
+				if old := errKind(p.err); old != kind {
+					r.metrics.partitionError.DeleteLabelValues(p.topic, itoa(p.p), old)
+				}
 			}
 			p.err = err
-			r.metrics.errors.WithLabelValues(p.topic, errKind(err)).Inc()
+			r.metrics.errors.WithLabelValues(p.topic, kind).Inc()
+			r.metrics.partitionError.WithLabelValues(p.topic, itoa(p.p), kind).Set(1)
 		} else if err == nil {
+			if p.err != nil {
+				r.metrics.partitionError.DeleteLabelValues(p.topic, itoa(p.p), errKind(p.err))
+				r.log.Info("copy resumed", "topic", p.topic, "partition", p.p, "after_failures", p.failures)
+			}
 			p.failures, p.err = 0, nil
 		}
 		r.notifyLocked()

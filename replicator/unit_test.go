@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"reflect"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -293,5 +295,291 @@ func TestConfigDiff(t *testing.T) {
 	}
 	if mirrored("min.insync.replicas") || mirrored("leader.replication.throttled.replicas") || !mirrored("retention.ms") {
 		t.Error("controlled configs")
+	}
+}
+
+// holeyRecord is one record of a batch built by holeyBatch.
+type holeyRecord struct {
+	delta   int32
+	tsDelta int64
+	key     []byte
+	value   []byte
+	headers []kmsg.Header
+}
+
+// holeyBatch builds a v2 batch as Kafka's log cleaner leaves it: base
+// offset and last offset delta of the original batch, records at the given
+// deltas only, the body compressed with codec (kgo's codecs).
+func holeyBatch(t *testing.T, codec kgo.CompressionCodec, base int64, lastDelta int32, recs []holeyRecord) []byte {
+	t.Helper()
+	var body []byte
+	maxTS := int64(0)
+	for _, r := range recs {
+		maxTS = max(maxTS, r.tsDelta)
+		rec := kmsg.Record{TimestampDelta64: r.tsDelta, OffsetDelta: r.delta, Key: r.key, Value: r.value, Headers: r.headers}
+		enc := rec.AppendTo(nil) // Length 0: one varint byte, replaced below
+		body = binary.AppendVarint(body, int64(len(enc)-1))
+		body = append(body, enc[1:]...)
+	}
+	attrs := int16(0)
+	if comp, err := kgo.DefaultCompressor(codec); err != nil {
+		t.Fatal(err)
+	} else if comp != nil {
+		var buf bytes.Buffer
+		out, used := comp.Compress(&buf, body)
+		if used <= 0 {
+			t.Fatalf("compressing with %v: codec %d", codec, used)
+		}
+		body, attrs = append([]byte(nil), out...), int16(used)
+	}
+	b := kmsg.RecordBatch{
+		FirstOffset: base, PartitionLeaderEpoch: 4, Magic: 2, Attributes: attrs | attrTransactional, LastOffsetDelta: lastDelta,
+		FirstTimestamp: 1_700_000_000_000, MaxTimestamp: 1_700_000_000_000 + maxTS, ProducerID: 77, ProducerEpoch: 2, FirstSequence: 40,
+		NumRecords: int32(len(recs)), Records: body,
+	}
+	raw := b.AppendTo(nil)
+	binary.BigEndian.PutUint32(raw[8:12], uint32(len(raw)-12))
+	binary.BigEndian.PutUint32(raw[offCRC:], crc32.Checksum(raw[offAttributes:], castagnoli))
+	return raw
+}
+
+// decodeRecords reads a batch's records back, decompressing its body.
+func decodeRecords(t *testing.T, raw []byte) (kmsg.RecordBatch, []kmsg.Record) {
+	t.Helper()
+	var rb kmsg.RecordBatch
+	if err := rb.ReadFrom(raw); err != nil {
+		t.Fatal(err)
+	}
+	body, err := kgo.DefaultDecompressor().Decompress(rb.Records, kgo.CompressionCodecType(rb.Attributes&attrCodec))
+	if err != nil {
+		t.Fatalf("decompressing the re-encoded batch: %v", err)
+	}
+	var out []kmsg.Record
+	for len(body) > 0 {
+		l, w := binary.Varint(body)
+		if w <= 0 || int(l)+w > len(body) {
+			t.Fatalf("record cut short")
+		}
+		var r kmsg.Record
+		if err := r.ReadFrom(body[:w+int(l)]); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r)
+		body = body[w+int(l):]
+	}
+	return rb, out
+}
+
+func TestReencodeBatch(t *testing.T) {
+	t.Parallel()
+	rec := func(delta int32) holeyRecord {
+		r := holeyRecord{delta: delta, tsDelta: int64(delta) * 3, key: []byte(fmt.Sprint("k", delta)), value: bytes.Repeat([]byte{byte(delta)}, 50+int(delta))}
+		switch delta % 4 {
+		case 1:
+			r.key = nil // null key
+		case 2:
+			r.value = nil // tombstone
+			r.headers = []kmsg.Header{{Key: "h", Value: []byte("v")}, {Key: "null"}}
+		case 3:
+			r.value = []byte{} // empty, not null
+		}
+		return r
+	}
+	recs := func(deltas ...int32) []holeyRecord {
+		out := make([]holeyRecord, len(deltas))
+		for i, d := range deltas {
+			out[i] = rec(d)
+		}
+		return out
+	}
+	const base = 1000
+	shapes := []struct {
+		name      string
+		lastDelta int32
+		recs      []holeyRecord
+		from      int64
+		wantRuns  []srcRun
+	}{
+		{"hole at start", 9, recs(3, 4, 5, 6, 7, 8, 9), base, []srcRun{{base + 3, 7}}},
+		{"holes in the middle", 9, recs(0, 1, 4, 7, 8, 9), base, []srcRun{{base, 2}, {base + 4, 1}, {base + 7, 3}}},
+		{"hole at end", 9, recs(0, 1, 2, 3), base, []srcRun{{base, 4}}},
+		{"one record", 9, recs(5), base, []srcRun{{base + 5, 1}}},
+		{"no hole", 4, recs(0, 1, 2, 3, 4), base, []srcRun{{base, 5}}},
+		{"resume inside", 9, recs(0, 1, 4, 7, 8, 9), base + 5, []srcRun{{base + 7, 3}}},
+		{"resume past the last record", 9, recs(0, 1, 4), base + 5, nil},
+	}
+	codecs := []struct {
+		name  string
+		codec kgo.CompressionCodec
+	}{
+		{"none", kgo.NoCompression()}, {"gzip", kgo.GzipCompression()}, {"snappy", kgo.SnappyCompression()},
+		{"lz4", kgo.Lz4Compression()}, {"zstd", kgo.ZstdCompression()},
+	}
+	for _, c := range codecs {
+		for _, sh := range shapes {
+			t.Run(c.name+"/"+sh.name, func(t *testing.T) {
+				t.Parallel()
+				src := holeyBatch(t, c.codec, base, sh.lastDelta, sh.recs)
+				got, runs, err := reencodeBatch(src, sh.from)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !reflect.DeepEqual(runs, sh.wantRuns) {
+					t.Fatalf("runs %v, want %v", runs, sh.wantRuns)
+				}
+				if sh.wantRuns == nil {
+					if got != nil {
+						t.Fatal("a batch with nothing to copy was re-encoded")
+					}
+					return
+				}
+				bs, err := splitBatches(got) // checks length, magic and CRC-32C
+				if err != nil || len(bs) != 1 {
+					t.Fatalf("re-encoded batch does not parse: %v (%d batches)", err, len(bs))
+				}
+				if !bs[0].contiguous() {
+					t.Errorf("re-encoded batch: %d records over %d offsets", bs[0].numRecords, bs[0].lastDelta+1)
+				}
+				srb, _ := decodeRecords(t, src)
+				grb, grecs := decodeRecords(t, got)
+				if grb.Attributes != srb.Attributes || grb.FirstTimestamp != srb.FirstTimestamp || grb.ProducerID != srb.ProducerID ||
+					grb.ProducerEpoch != srb.ProducerEpoch || grb.FirstSequence != srb.FirstSequence ||
+					grb.PartitionLeaderEpoch != srb.PartitionLeaderEpoch || grb.FirstOffset != srb.FirstOffset {
+					t.Errorf("batch header changed: %+v -> %+v", srb, grb)
+				}
+				var want []holeyRecord
+				for _, r := range sh.recs {
+					if base+int64(r.delta) >= sh.from {
+						want = append(want, r)
+					}
+				}
+				if len(grecs) != len(want) || grb.NumRecords != int32(len(want)) || grb.LastOffsetDelta != int32(len(want)-1) {
+					t.Fatalf("%d records (header: %d, last delta %d), want %d", len(grecs), grb.NumRecords, grb.LastOffsetDelta, len(want))
+				}
+				maxTS := int64(0)
+				for i, r := range grecs {
+					w := want[i]
+					if r.OffsetDelta != int32(i) {
+						t.Errorf("record %d: offset delta %d", i, r.OffsetDelta)
+					}
+					if r.TimestampDelta64 != w.tsDelta || !bytes.Equal(r.Key, w.key) || (r.Key == nil) != (w.key == nil) ||
+						!bytes.Equal(r.Value, w.value) || (r.Value == nil) != (w.value == nil) || len(r.Headers) != len(w.headers) {
+						t.Errorf("record %d differs: %+v, want %+v", i, r, w)
+					}
+					for j := range r.Headers {
+						if r.Headers[j].Key != w.headers[j].Key || !bytes.Equal(r.Headers[j].Value, w.headers[j].Value) ||
+							(r.Headers[j].Value == nil) != (w.headers[j].Value == nil) {
+							t.Errorf("record %d header %d: %+v, want %+v", i, j, r.Headers[j], w.headers[j])
+						}
+					}
+					maxTS = max(maxTS, w.tsDelta)
+				}
+				if grb.MaxTimestamp != grb.FirstTimestamp+maxTS {
+					t.Errorf("max timestamp %d, want %d", grb.MaxTimestamp, grb.FirstTimestamp+maxTS)
+				}
+				if c.name == "none" && sh.name == "no hole" && !bytes.Equal(got, src) {
+					t.Error("re-encoding an uncompressed batch without holes changed its bytes")
+				}
+			})
+		}
+	}
+}
+
+func TestReencodeBatchRejectsBadRecords(t *testing.T) {
+	t.Parallel()
+	good := holeyBatch(t, kgo.NoCompression(), 0, 3, []holeyRecord{{delta: 0}, {delta: 2}})
+	backwards := holeyBatch(t, kgo.NoCompression(), 0, 3, []holeyRecord{{delta: 2}, {delta: 1}})
+	beyond := holeyBatch(t, kgo.NoCompression(), 0, 3, []holeyRecord{{delta: 0}, {delta: 4}})
+	short := append([]byte(nil), good...)
+	binary.BigEndian.PutUint32(short[offNumRecords:], 3) // claims a third record
+	for name, raw := range map[string][]byte{"deltas go backwards": backwards, "delta beyond the last": beyond, "record count": short} {
+		if _, _, err := reencodeBatch(raw, 0); !errors.Is(err, ErrBadBatch) {
+			t.Errorf("%s: err %v, want ErrBadBatch", name, err)
+		}
+	}
+}
+
+func TestSegmentsForHoles(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		dstEnd    int64
+		delta     int64
+		runs      []srcRun
+		want      []Segment
+		wantDelta int64
+	}{
+		{"contiguous, exact", 10, 0, []srcRun{{10, 5}}, nil, 0},
+		{"contiguous after a gap", 10, 0, []srcRun{{13, 5}}, []Segment{{Dst: 10, Src: 13}}, 3},
+		{"holes inside", 10, 3, []srcRun{{13, 2}, {17, 1}, {20, 3}},
+			[]Segment{{Dst: 12, Src: 17}, {Dst: 13, Src: 20}}, 7},
+		{"hole at start and inside", 0, 0, []srcRun{{2, 1}, {5, 1}},
+			[]Segment{{Dst: 0, Src: 2}, {Dst: 1, Src: 5}}, 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			segs, delta, n := segmentsFor("", 0, tt.dstEnd, tt.delta, tt.runs)
+			if !reflect.DeepEqual(segs, tt.want) || delta != tt.wantDelta {
+				t.Fatalf("segments %+v delta %d, want %+v delta %d", segs, delta, tt.want, tt.wantDelta)
+			}
+			// The map built from these segments translates every copied
+			// source offset to its destination and back, and a source
+			// offset in a hole to the next copied record.
+			m := OffsetMap{}
+			if tt.delta != 0 {
+				m.add(Segment{Dst: 0, Src: tt.delta})
+			}
+			for _, s := range segs {
+				m.add(s)
+			}
+			d := tt.dstEnd
+			var total int64
+			for _, run := range tt.runs {
+				for i := range int64(run.n) {
+					if got := m.ToDestination(0, run.src+i); got != d {
+						t.Errorf("ToDestination(%d) = %d, want %d", run.src+i, got, d)
+					}
+					if got := m.ToSource(0, d); got != run.src+i {
+						t.Errorf("ToSource(%d) = %d, want %d", d, got, run.src+i)
+					}
+					d++
+				}
+				total += int64(run.n)
+			}
+			if n != total {
+				t.Errorf("n %d, want %d", n, total)
+			}
+			for i := 1; i < len(tt.runs); i++ {
+				prevEnd := tt.runs[i-1].src + int64(tt.runs[i-1].n)
+				for src := prevEnd; src < tt.runs[i].src; src++ {
+					if got, want := m.ToDestination(0, src), m.ToDestination(0, tt.runs[i].src); got != want {
+						t.Errorf("hole offset %d -> %d, want the next record's %d", src, got, want)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestOffsetMapRemoveAndKeys(t *testing.T) {
+	t.Parallel()
+	m := OffsetMap{}
+	s := Segment{Topic: "orders.v2", Partition: 3, Dst: 40, Src: 44}
+	m.add(Segment{Topic: "orders.v2", Partition: 3, Dst: 10, Src: 12})
+	m.add(s)
+	topic, p, dst, ok := parseSegmentKey(s.key())
+	if !ok || topic != s.Topic || p != s.Partition || dst != s.Dst {
+		t.Fatalf("parseSegmentKey(%q) = %q %d %d %v", s.key(), topic, p, dst, ok)
+	}
+	for _, bad := range []string{"", "a/b", "t/x/1", "t/1/y", "a/b/c/d"} {
+		if _, _, _, ok := parseSegmentKey([]byte(bad)); ok {
+			t.Errorf("parseSegmentKey(%q) accepted", bad)
+		}
+	}
+	m.remove(3, 41) // no such segment
+	m.remove(3, 40)
+	if len(m[3]) != 1 || m[3][0].Dst != 10 || m.ToDestination(3, 50) != 48 {
+		t.Errorf("after remove: %+v", m[3])
 	}
 }

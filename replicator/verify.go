@@ -51,17 +51,25 @@ const MaxListed = 1000
 // the offset map in mapTopic, with the same key, value, headers and
 // timestamp, and D must hold nothing else. Run it when the replicator has
 // caught up (or is stopped); records still being copied show as missing.
+// opts add client options (TLS, SASL) for both clusters; VerifyWithOpts
+// takes them per cluster.
 func Verify(ctx context.Context, source, destination []string, topic, mapTopic string, opts ...kgo.Opt) (*VerifyReport, error) {
-	maps, err := LoadOffsetMaps(ctx, destination, mapTopic, opts...)
+	return VerifyWithOpts(ctx, source, destination, topic, mapTopic, opts, opts)
+}
+
+// VerifyWithOpts is Verify with client options (TLS, SASL) for the source
+// (srcOpts) and the destination (dstOpts) apart.
+func VerifyWithOpts(ctx context.Context, source, destination []string, topic, mapTopic string, srcOpts, dstOpts []kgo.Opt) (*VerifyReport, error) {
+	maps, err := LoadOffsetMaps(ctx, destination, mapTopic, dstOpts...)
 	if err != nil {
 		return nil, err
 	}
 	m := maps[topic]
-	srcRecs, err := readAll(ctx, source, topic, true, opts)
+	srcRecs, err := readAll(ctx, source, topic, true, srcOpts)
 	if err != nil {
 		return nil, fmt.Errorf("reading the source: %w", err)
 	}
-	dstRecs, err := readAll(ctx, destination, topic, false, opts)
+	dstRecs, err := readAll(ctx, destination, topic, false, dstOpts)
 	if err != nil {
 		return nil, fmt.Errorf("reading the destination: %w", err)
 	}

@@ -22,6 +22,7 @@ func newReplicatorCmd() *cobra.Command {
 		workers                                                           int
 		fetchMax                                                          int32
 		sample, groupSync, configSync                                     time.Duration
+		srcSASL, dstSASL                                                  saslFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "replicator",
@@ -31,7 +32,9 @@ to the destination cluster, keeping offsets (or an exact offset map where the
 source has gaps), until interrupted, and copy the committed offsets of the
 groups reading them to the destination for groups idle there. The destination
 is the checkpoint: a restart resumes from what it holds. Metrics (baton_replicator_*) are served on
---admin at /metrics. See docs/replicator.md.`,
+--admin at /metrics. A partition whose batch the destination refuses (too
+large, not authorized) stops there, reports the error, and is retried with
+backoff until the destination accepts it. See docs/replicator.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := newLogger(logLevel)
@@ -42,6 +45,14 @@ is the checkpoint: a restart resumes from what it holds. Metrics (baton_replicat
 			if len(ts) == 0 {
 				return errors.New("--topics: at least one topic is required")
 			}
+			srcOpts, err := srcSASL.opts()
+			if err != nil {
+				return err
+			}
+			dstOpts, err := dstSASL.opts()
+			if err != nil {
+				return err
+			}
 			reg := prometheus.NewRegistry()
 			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 			r, err := replicator.New(
@@ -50,6 +61,7 @@ is the checkpoint: a restart resumes from what it holds. Metrics (baton_replicat
 				replicator.SampleInterval(sample), replicator.OffsetMapTopic(mapTopic),
 				replicator.GroupSyncInterval(groupSync), replicator.ConfigSyncInterval(configSync),
 				replicator.Logger(log), replicator.Registry(reg),
+				replicator.SourceClientOpts(srcOpts...), replicator.DestinationClientOpts(dstOpts...),
 			)
 			if err != nil {
 				return err
@@ -78,6 +90,8 @@ is the checkpoint: a restart resumes from what it holds. Metrics (baton_replicat
 			return r.Run(cmd.Context())
 		},
 	}
+	srcSASL.add(cmd.Flags(), "source")
+	dstSASL.add(cmd.Flags(), "destination")
 	f := cmd.Flags()
 	f.StringVar(&source, "source", "", "source cluster bootstrap brokers, comma-separated (required)")
 	f.StringVar(&destination, "destination", "", "destination cluster bootstrap brokers, comma-separated (required)")

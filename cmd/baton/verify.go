@@ -18,7 +18,10 @@ func newVerifyCmd() *cobra.Command {
 }
 
 func newVerifyParityCmd() *cobra.Command {
-	var source, destination, topic, mapTopic string
+	var (
+		source, destination, topic, mapTopic string
+		srcSASL, dstSASL                     saslFlags
+	)
 	cmd := &cobra.Command{
 		Use:   "parity",
 		Short: "Compare a topic on the source and destination record by record",
@@ -30,7 +33,15 @@ every mismatch and fails if there is any. Run it when the replicator has
 caught up or is stopped.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			rep, err := replicator.Verify(cmd.Context(), splitList(source), splitList(destination), topic, mapTopic)
+			srcOpts, err := srcSASL.opts()
+			if err != nil {
+				return err
+			}
+			dstOpts, err := dstSASL.opts()
+			if err != nil {
+				return err
+			}
+			rep, err := replicator.VerifyWithOpts(cmd.Context(), splitList(source), splitList(destination), topic, mapTopic, srcOpts, dstOpts)
 			if err != nil {
 				return err
 			}
@@ -53,6 +64,8 @@ caught up or is stopped.`,
 			return nil
 		},
 	}
+	srcSASL.add(cmd.Flags(), "source")
+	dstSASL.add(cmd.Flags(), "destination")
 	f := cmd.Flags()
 	f.StringVar(&source, "source", "", "source cluster bootstrap brokers, comma-separated (required)")
 	f.StringVar(&destination, "destination", "", "destination cluster bootstrap brokers, comma-separated (required)")
