@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // ErrGuard is returned when the destination's ACLs cannot express the guard.
@@ -157,4 +158,34 @@ func createACLs(ctx context.Context, adm *kadm.Client, b *kadm.ACLBuilder) error
 		}
 	}
 	return nil
+}
+
+// DetectGuard picks the write guard for a destination: an ACLGuard for
+// replicator (a principal, "User:" added when missing) when the
+// destination has an authorizer, NoGuard when it answers DescribeACLs with
+// SECURITY_DISABLED (no authorizer: nothing to enforce the guard with; the
+// agents alone keep producers off D.T before COMPLETE). Any other error,
+// an authorization failure of the admin's principal included, is returned:
+// a guard that silently does nothing is worse than a refused start.
+func DetectGuard(ctx context.Context, adm *kadm.Client, replicator string) (WriteGuard, error) {
+	b := kadm.NewACLs().Topics("__baton_guard_probe").Allow().AllowHosts().
+		Operations(kadm.OpAny).ResourcePatternType(kadm.ACLPatternLiteral)
+	res, err := adm.DescribeACLs(ctx, b)
+	if err == nil {
+		for _, r := range res {
+			if r.Err != nil {
+				err = r.Err
+				break
+			}
+		}
+	}
+	switch {
+	case errors.Is(err, kerr.SecurityDisabled):
+		return NoGuard{}, nil
+	case err != nil:
+		return nil, fmt.Errorf("%w: asking the destination whether it has an authorizer (DescribeACLs): %v", ErrGuard, err)
+	case replicator == "":
+		return nil, fmt.Errorf("%w: the destination has an authorizer, so the guard needs the replicator's principal", ErrGuard)
+	}
+	return &ACLGuard{Admin: adm, Replicator: replicator}, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 
 	"github.com/baton-kafka/baton/test/embedded"
+	"github.com/baton-kafka/baton/test/kafka"
 )
 
 // aclDestination starts a kfake destination with an authorizer: "admin" is
@@ -121,5 +122,47 @@ func TestACLGuardRefusesWildcardAllow(t *testing.T) {
 	g := &ACLGuard{Admin: adm, Replicator: "User:repl"}
 	if err := g.Protect(ctx, "orders"); !errors.Is(err, ErrGuard) {
 		t.Fatalf("want ErrGuard for an ALLOW to User:*, got %v", err)
+	}
+}
+
+func TestDetectGuard(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dest := aclDestination(t)
+	noAuthorizer := kafka.StartT(t, kafka.Brokers(1))
+	plainCl, err := kgo.NewClient(kgo.SeedBrokers(noAuthorizer.Addrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(plainCl.Close)
+
+	for _, tc := range []struct {
+		name       string
+		adm        *kadm.Client
+		replicator string
+		want       string // "acl", "none" or "error"
+	}{
+		{"authorizer", kadm.NewClient(saslClient(t, dest, "admin", "admin-pw")), "repl", "acl"},
+		{"authorizer without the replicator's principal", kadm.NewClient(saslClient(t, dest, "admin", "admin-pw")), "", "error"},
+		{"admin may not describe ACLs", kadm.NewClient(saslClient(t, dest, "other", "other-pw")), "repl", "error"},
+		{"Apache Kafka without an authorizer", kadm.NewClient(plainCl), "repl", "none"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, err := DetectGuard(ctx, tc.adm, tc.replicator)
+			got := "error"
+			switch g.(type) {
+			case *ACLGuard:
+				got = "acl"
+			case NoGuard:
+				got = "none"
+			}
+			if got != tc.want {
+				t.Fatalf("DetectGuard = %T, %v; want %s", g, err, tc.want)
+			}
+			if tc.want == "error" && !errors.Is(err, ErrGuard) {
+				t.Fatalf("error %v is not ErrGuard", err)
+			}
+		})
 	}
 }

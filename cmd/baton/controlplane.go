@@ -22,7 +22,9 @@ import (
 func newControlPlaneCmd() *cobra.Command {
 	var (
 		source, destination, grpcAddr, httpAddr, dataDir, endpoints, logLevel string
+		writeGuard, replPrincipal                                             string
 		lease, forward, timeout                                               time.Duration
+		srcSASL, destSASL                                                     saslFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "controlplane",
@@ -31,7 +33,14 @@ func newControlPlaneCmd() *cobra.Command {
 (ADS) and the Lease service on --grpc, the HTTP API the CLI speaks on --http,
 keeps its state in etcd (embedded in --data-dir unless --etcd-endpoints names
 an external cluster), and replicates managed topics from --source to
---destination in process.`,
+--destination in process.
+
+The destination write guard keeps everyone but the replicator off a topic on
+the destination until its cutover completes. --write-guard=auto (the default)
+uses Kafka ACLs when the destination has an authorizer and nothing when it
+answers SECURITY_DISABLED; the replicator and the guard's admin client both
+use the --destination-sasl-* credentials, whose principal must be allowed to
+alter ACLs.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -52,17 +61,43 @@ an external cluster), and replicates managed topics from --source to
 				return err
 			}
 			defer store.Close()
-			r, err := replicator.New(replicator.Source(splitList(source)...),
-				replicator.Destination(splitList(destination)...), replicator.Logger(log))
+			sopts, err := srcSASL.opts()
 			if err != nil {
 				return err
 			}
-			scl, err := kgo.NewClient(kgo.SeedBrokers(splitList(source)...))
+			dopts, err := destSASL.opts()
+			if err != nil {
+				return err
+			}
+			r, err := replicator.New(replicator.Source(splitList(source)...),
+				replicator.Destination(splitList(destination)...), replicator.Logger(log),
+				replicator.SourceClientOpts(sopts...), replicator.DestinationClientOpts(dopts...))
+			if err != nil {
+				return err
+			}
+			dcl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(splitList(destination)...)}, dopts...)...)
+			if err != nil {
+				return err
+			}
+			defer dcl.Close()
+			if replPrincipal == "" {
+				replPrincipal = destSASL.principal()
+			}
+			if replPrincipal == "" {
+				replPrincipal = "User:ANONYMOUS" // what Kafka calls a client without SASL or TLS client auth
+			}
+			guard, err := pickGuard(ctx, writeGuard, kadm.NewClient(dcl), replPrincipal)
+			if err != nil {
+				return err
+			}
+			log.Info("destination write guard", "guard", fmt.Sprintf("%T", guard), "replicator_principal", replPrincipal)
+			scl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(splitList(source)...)}, sopts...)...)
 			if err != nil {
 				return err
 			}
 			defer scl.Close()
 			cp, err := controlplane.New(ctx, controlplane.WithStore(store), controlplane.Logger(log),
+				controlplane.WithGuard(guard),
 				controlplane.WithReplication(&controlplane.ReplicatorAdapter{R: r, Source: kadm.NewClient(scl)}),
 				controlplane.LeaseDuration(lease), controlplane.ForwardDeadline(forward), controlplane.CutoverTimeout(timeout),
 				controlplane.Clusters(&batonv1.Cluster{Name: "source", Bootstrap: splitList(source)},
@@ -104,9 +139,32 @@ an external cluster), and replicates managed topics from --source to
 	f.DurationVar(&forward, "forward-deadline", controlplane.DefaultForwardDeadline, "forward deadline F (below the lease)")
 	f.DurationVar(&timeout, "cutover-timeout", controlplane.DefaultCutoverTimeout, "bound of every cutover wait; gate: lag <= timeout/4")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&writeGuard, "write-guard", "auto", "destination write guard: auto (ACLs if the destination has an authorizer), acl or none")
+	f.StringVar(&replPrincipal, "replicator-principal", "", `the replicator's principal on the destination, exempt from the guard (default: User:<--destination-sasl-user>, or User:ANONYMOUS without SASL)`)
+	srcSASL.add(f, "source")
+	destSASL.add(f, "destination")
 	_ = cmd.MarkFlagRequired("source")
 	_ = cmd.MarkFlagRequired("destination")
 	return cmd
+}
+
+// pickGuard returns the write guard --write-guard names.
+func pickGuard(ctx context.Context, mode string, adm *kadm.Client, principal string) (controlplane.WriteGuard, error) {
+	switch mode {
+	case "none":
+		return controlplane.NoGuard{}, nil
+	case "acl":
+		return &controlplane.ACLGuard{Admin: adm, Replicator: principal}, nil
+	case "auto":
+		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		g, err := controlplane.DetectGuard(dctx, adm, principal)
+		if err != nil {
+			return nil, fmt.Errorf("--write-guard=auto: %w (use --write-guard=none to run without a guard)", err)
+		}
+		return g, nil
+	}
+	return nil, fmt.Errorf(`--write-guard: want "auto", "acl" or "none", got %q`, mode)
 }
 
 // apiFlags adds --server and -o to an operator command.
