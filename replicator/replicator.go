@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kversion"
 )
@@ -572,11 +573,14 @@ func (r *Replicator) sampleOnce(ctx context.Context) {
 			err := r.setupTopic(ctx, name)
 			r.mu.Lock()
 			if t2, ok := r.topics[name]; ok && t2 == t {
-				t.err = err
-				if err != nil {
+				if err != nil && (t.err == nil || t.err.Error() != err.Error()) {
+					// Logged when the error changes, not on every sample.
 					r.log.Warn("topic setup failed", "topic", name, "err", err)
+				}
+				if err != nil {
 					r.metrics.errors.WithLabelValues(name, errKind(err)).Inc()
 				}
+				t.err = err
 			}
 			r.mu.Unlock()
 		}
@@ -590,7 +594,21 @@ func (r *Replicator) sampleOnce(ctx context.Context) {
 	if err == nil {
 		ends.Each(func(o kadm.ListedOffset) {
 			t, ok := r.topics[o.Topic]
-			if !ok || o.Err != nil {
+			if !ok {
+				return
+			}
+			if errors.Is(o.Err, kerr.UnknownTopicOrPartition) || errors.Is(o.Err, kerr.UnknownTopicID) {
+				if t.ready {
+					// Deleted on S while replicating: stop copying and let
+					// setup report ErrSourceTopicMissing (or pick up a
+					// re-created topic). D's copy is never deleted.
+					t.ready = false
+					r.log.Error("topic deleted on the source while replicating; the destination keeps its copy",
+						"topic", o.Topic)
+				}
+				return
+			}
+			if o.Err != nil {
 				return
 			}
 			if p, ok := t.parts[o.Partition]; ok {
