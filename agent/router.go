@@ -116,15 +116,19 @@ var errClientGone = errors.New("client connection closed")
 var _ filter.Handler = (*router)(nil)
 
 // async runs fn now, in its own goroutine, and resolves when it returns.
+// fn fills the exchange, so Wait never returns while fn may still write
+// it: when ctx ends first, Wait still waits for fn (which sees its own ctx
+// end and returns) before the response side reads the exchange.
 func async(ctx context.Context, fn func(ctx context.Context) error) filter.Pending {
 	done := make(chan error, 1)
 	go func() { done <- fn(ctx) }()
-	return pendingFunc(func(ctx context.Context) error {
+	return pendingFunc(func(wctx context.Context) error {
 		select {
 		case err := <-done:
 			return err
-		case <-ctx.Done():
-			return ctx.Err()
+		case <-wctx.Done():
+			<-done
+			return wctx.Err()
 		}
 	})
 }
