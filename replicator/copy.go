@@ -502,6 +502,7 @@ func (r *Replicator) produce(ctx context.Context, p *partState, raw []byte, srcB
 		if ctx.Err() != nil || attempt >= 10 {
 			return 0, fmt.Errorf("produce to %s/%d: %w", p.topic, p.p, err)
 		}
+		r.noteRetry(p, fmt.Errorf("produce to %s/%d: attempt %d failed, retrying: %w", p.topic, p.p, attempt, err))
 		p.dstLeader = -1
 		select {
 		case <-ctx.Done():
@@ -510,6 +511,19 @@ func (r *Replicator) produce(ctx context.Context, p *partState, raw []byte, srcB
 		}
 		backoff = min(2*backoff, r.cfg.maxBackoff)
 	}
+}
+
+// noteRetry puts an attempt that failed and is being retried into p's
+// status at once: with D away one attempt can take two request timeouts
+// (dialing, metadata), and an operator must not see a healthy partition
+// meanwhile. The worker settles the status when the step ends.
+func (r *Replicator) noteRetry(p *partState, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p.err == nil {
+		r.log.Warn("copy step retrying", "topic", p.topic, "partition", p.p, "err", err)
+	}
+	p.err = err
 }
 
 // produceOnce sends req to p's destination leader and waits for the answer.

@@ -137,6 +137,11 @@ type Cluster struct {
 	removeDir bool
 	portLocks portLocks // released by Stop
 
+	// What RestartNode starts a node with (unset for a cluster found by
+	// Open).
+	cfg      config
+	java, cp string
+
 	stopOnce sync.Once
 	stopErr  error
 }

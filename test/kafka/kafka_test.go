@@ -105,6 +105,29 @@ func testCluster(t *testing.T, n int) {
 			t.Errorf("harness/%d has replicas %v, want %d", p.Partition, p.Replicas, n)
 		}
 	}
+
+	if n > 1 {
+		// A node killed and brought back: the others keep serving.
+		victim := c.Nodes()[1].ID
+		if err := c.StopNode(victim, 0); err != nil {
+			t.Fatalf("StopNode(%d): %v", victim, err)
+		}
+		if pids, err := kafka.Processes(c.Dir()); err != nil || len(pids) != n-1 {
+			t.Fatalf("java processes after StopNode: %v (%v), want %d", pids, err, n-1)
+		}
+		if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("while a node is down")}).FirstErr(); err != nil {
+			t.Fatalf("produce with node %d down: %v", victim, err)
+		}
+		if err := c.RestartNode(ctx, victim); err != nil {
+			t.Fatalf("RestartNode(%d): %v", victim, err)
+		}
+		if pids, err := kafka.Processes(c.Dir()); err != nil || len(pids) != n {
+			t.Fatalf("java processes after RestartNode: %v (%v), want %d", pids, err, n)
+		}
+		if err := c.RestartNode(ctx, victim); err == nil {
+			t.Fatal("RestartNode of a running node succeeded")
+		}
+	}
 	cl.Close()
 
 	stop := time.Now()

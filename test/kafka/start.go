@@ -124,7 +124,7 @@ func launch(ctx context.Context, cfg config, dir string, ports []int, java, cp s
 	}
 	_ = os.Remove(filepath.Join(dir, stateFile))
 
-	c = &Cluster{dir: dir, version: cfg.version, clusterID: randomUUID()}
+	c = &Cluster{dir: dir, version: cfg.version, clusterID: randomUUID(), cfg: cfg, java: java, cp: cp}
 	n := cfg.brokers
 	for i := range n {
 		c.nodes = append(c.nodes, Node{
