@@ -23,7 +23,12 @@ import (
 // current version waits for the next version unless it subscribes to
 // resources not yet returned on the stream.
 //
-// Delta xDS and Fetch are delegated to a SnapshotCache fed the same snapshots.
+// Delta xDS (delta.go) is answered from the same prebuilt resources: each
+// Update also computes, once per group and type, which resources changed or
+// went away since the previous version, and a delta watch at that previous
+// version is answered with that diff alone.
+//
+// Fetch is delegated to a SnapshotCache fed the same snapshots.
 type groupCache struct {
 	other cache.SnapshotCache
 
@@ -38,6 +43,14 @@ var _ cache.Cache = (*groupCache)(nil)
 type group struct {
 	types   map[string]*prebuilt          // by type URL; nil: no snapshot yet
 	watches map[string]map[int64]*watchOf // by type URL, then watch id
+
+	// Delta xDS: open delta watches, the last few prebuilts per type (a
+	// delta stream's state names the prebuilt it was last sent, and is
+	// diffed against it), and every name ever served per type (what a stream
+	// whose prebuilt has left the history may still hold, for removals).
+	deltaWatches map[string]map[int64]*deltaWatch
+	history      map[string][]*prebuilt
+	ever         map[string]map[string]struct{}
 }
 
 // prebuilt is one group's resources of one type at one version, marshalled.
@@ -52,6 +65,19 @@ type prebuilt struct {
 	// one entry, returnedKey -> gen.
 	gen      string
 	genNames map[string]struct{} // names covered by gen: a superset of names
+
+	// Delta xDS. id names this prebuilt in a delta stream's returned
+	// resources (see delta.go); vers[i] and res[i] are names[i]'s resource
+	// version and delta resource, shared read-only by every response.
+	// changed and removed are the diff from the prebuilt of the same group
+	// and type it replaced (prevID), computed once per Update.
+	id        string
+	sameNames bool // names are the replaced prebuilt's
+	vers      []string
+	res       []*discovery.Resource
+	prevID    string
+	changed   []*discovery.Resource
+	removed   []string
 }
 
 type watchOf struct {
@@ -75,7 +101,8 @@ func newGroupCache() *groupCache {
 func (c *groupCache) groupLocked(key string) *group {
 	g := c.groups[key]
 	if g == nil {
-		g = &group{watches: map[string]map[int64]*watchOf{}}
+		g = &group{watches: map[string]map[int64]*watchOf{}, deltaWatches: map[string]map[int64]*deltaWatch{},
+			history: map[string][]*prebuilt{}, ever: map[string]map[string]struct{}{}}
 		c.groups[key] = g
 	}
 	return g
@@ -89,7 +116,7 @@ func (c *groupCache) set(key string, snap *snapshot) error {
 	c.mu.Unlock()
 	built := make(map[string]*prebuilt, len(snap.resources))
 	for typ, rs := range snap.resources {
-		pb, err := c.build(typ, snap.versions[typ], rs, old[typ])
+		pb, err := c.build(typ, snap.versions[typ], rs, snap.perName[typ], old[typ])
 		if err != nil {
 			return err
 		}
@@ -98,6 +125,9 @@ func (c *groupCache) set(key string, snap *snapshot) error {
 	c.mu.Lock()
 	g := c.groupLocked(key)
 	g.types = built
+	for typ, pb := range built {
+		g.remember(typ, pb)
+	}
 	for _, typ := range orderedTypes(g.watches) {
 		pb := g.prebuiltLocked(typ)
 		for id, w := range g.watches[typ] {
@@ -107,6 +137,7 @@ func (c *groupCache) set(key string, snap *snapshot) error {
 			}
 		}
 	}
+	g.answerDeltaLocked()
 	c.mu.Unlock()
 	return c.other.SetSnapshot(context.Background(), key, snap)
 }
@@ -123,20 +154,53 @@ func orderedTypes(m map[string]map[int64]*watchOf) []string {
 	return append(out, rest...)
 }
 
-func (c *groupCache) build(typeURL, version string, rs map[string]types.ResourceWithTTL, old *prebuilt) (*prebuilt, error) {
-	pb := &prebuilt{version: version, names: make([]string, 0, len(rs)), index: make(map[string]int, len(rs))}
+func (c *groupCache) build(typeURL, version string, rs map[string]types.ResourceWithTTL, perName map[string]string,
+	old *prebuilt) (*prebuilt, error) {
+	pb := &prebuilt{version: version, names: make([]string, 0, len(rs))}
 	for name := range rs {
 		pb.names = append(pb.names, name)
 	}
 	slices.Sort(pb.names)
+	if old != nil && slices.Equal(old.names, pb.names) {
+		pb.names, pb.index, pb.sameNames = old.names, old.index, true // same names: share the index
+	} else {
+		pb.index = make(map[string]int, len(pb.names))
+		for i, name := range pb.names {
+			pb.index[name] = i
+		}
+	}
 	pb.anys = make([]*anypb.Any, len(pb.names))
+	pb.vers = make([]string, len(pb.names))
+	pb.res = make([]*discovery.Resource, len(pb.names))
 	for i, name := range pb.names {
 		b, err := cache.MarshalResource(rs[name].Resource)
 		if err != nil {
 			return nil, err
 		}
+		v := resourceVersion(perName[name], b)
+		if j, ok := old.lookup(name); ok && old.vers[j] == v {
+			// Unchanged: keep the previous bytes and delta resource, so
+			// consecutive versions share them.
+			pb.anys[i], pb.vers[i], pb.res[i] = old.anys[j], old.vers[j], old.res[j]
+			continue
+		}
 		pb.anys[i] = &anypb.Any{TypeUrl: typeURL, Value: b}
-		pb.index[name] = i
+		pb.vers[i] = v
+		pb.res[i] = &discovery.Resource{Name: name, Version: v, Resource: pb.anys[i]}
+		pb.changed = append(pb.changed, pb.res[i])
+	}
+	if old != nil {
+		pb.prevID = old.id
+		for _, name := range old.names {
+			if _, ok := pb.index[name]; !ok {
+				pb.removed = append(pb.removed, name)
+			}
+		}
+		if pb.version == old.version && len(pb.changed) == 0 && len(pb.removed) == 0 {
+			// Nothing changed (the clusters on a route change): keep the
+			// old one, so no delta stream is sent an empty response.
+			return old, nil
+		}
 	}
 	// A stream that got every name of an older generation still has every
 	// name of this one if no name was added since.
@@ -152,7 +216,20 @@ func (c *groupCache) build(typeURL, version string, rs map[string]types.Resource
 			pb.genNames[n] = struct{}{}
 		}
 	}
+	c.mu.Lock()
+	c.gen++
+	pb.id = "p" + strconv.FormatUint(c.gen, 10)
+	c.mu.Unlock()
 	return pb, nil
+}
+
+// lookup returns the index of name in pb; pb may be nil.
+func (pb *prebuilt) lookup(name string) (int, bool) {
+	if pb == nil {
+		return 0, false
+	}
+	i, ok := pb.index[name]
+	return i, ok
 }
 
 func coversAll(set map[string]struct{}, names []string) bool {
@@ -254,11 +331,6 @@ func respond(w *watchOf, pb *prebuilt) {
 	default: // never expected: the server buffers a response per type
 		go func() { w.ch <- r }()
 	}
-}
-
-// CreateDeltaWatch implements cache.ConfigWatcher.
-func (c *groupCache) CreateDeltaWatch(req *cache.DeltaRequest, sub cache.Subscription, ch chan cache.DeltaResponse) (func(), error) {
-	return c.other.CreateDeltaWatch(req, sub, ch)
 }
 
 // Fetch implements cache.ConfigFetcher.

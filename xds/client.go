@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -14,6 +17,7 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
@@ -34,18 +38,46 @@ type clientOptFunc func(*clientConfig)
 
 func (f clientOptFunc) applyClient(c *clientConfig) { f(c) }
 
+// Protocol is an xDS protocol variant a Client speaks.
+type Protocol int
+
+const (
+	// Delta is incremental xDS (DeltaAggregatedResources): after the first
+	// response, a change of one topic sends each node that TopicRoute alone
+	// (or its removal). The default.
+	Delta Protocol = iota
+	// SotW is state-of-the-world xDS (StreamAggregatedResources): every
+	// response carries every resource of its type.
+	SotW
+)
+
+func (p Protocol) String() string {
+	switch p {
+	case Delta:
+		return "delta"
+	case SotW:
+		return "sotw"
+	}
+	return "Protocol(" + strconv.Itoa(int(p)) + ")"
+}
+
 type clientConfig struct {
-	onRoutes   func(version uint64, routes []*batonv1.TopicRoute) error
-	onClusters func(version string, clusters []*batonv1.Cluster) error
+	protocol   Protocol
+	onRoutes   func(version uint64, routes []*batonv1.TopicRoute) error // nil: accept everything
+	onClusters func(version string, clusters []*batonv1.Cluster) error  // nil: accept everything
 	minBackoff time.Duration
 	maxBackoff time.Duration
 	log        *slog.Logger
 	now        func() time.Time
 }
 
-// OnRoutes sets the callback applying each TopicRoute response (the full
-// set, SotW). An error NACKs the response with the error's text and leaves
-// the acked version where it was. Default: accept everything.
+// OnRoutes sets the callback applying each TopicRoute response: version is
+// the response's config version, routes the full set the node now has,
+// sorted by topic, in either protocol (with Delta the client keeps the
+// routes and applies each response's changes to them first). An error NACKs
+// the response with the error's text and leaves the acked version and the
+// routes where they were. Default: accept everything (and with Delta, keep
+// only each route's version, not the routes).
 func OnRoutes(f func(version uint64, routes []*batonv1.TopicRoute) error) ClientOpt {
 	return clientOptFunc(func(c *clientConfig) { c.onRoutes = f })
 }
@@ -53,6 +85,11 @@ func OnRoutes(f func(version uint64, routes []*batonv1.TopicRoute) error) Client
 // OnClusters sets the callback applying each Cluster response, like OnRoutes.
 func OnClusters(f func(version string, clusters []*batonv1.Cluster) error) ClientOpt {
 	return clientOptFunc(func(c *clientConfig) { c.onClusters = f })
+}
+
+// UseProtocol sets the xDS protocol variant (default Delta).
+func UseProtocol(p Protocol) ClientOpt {
+	return clientOptFunc(func(c *clientConfig) { c.protocol = p })
 }
 
 // Backoff bounds the wait between reconnects, doubling from min to max
@@ -72,11 +109,13 @@ func ClientClock(now func() time.Time) ClientOpt {
 }
 
 func newClientConfig(opts []ClientOpt) (clientConfig, error) {
-	cfg := clientConfig{minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff, log: slog.Default(), now: time.Now,
-		onRoutes:   func(uint64, []*batonv1.TopicRoute) error { return nil },
-		onClusters: func(string, []*batonv1.Cluster) error { return nil }}
+	cfg := clientConfig{protocol: Delta, minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff,
+		log: slog.Default(), now: time.Now}
 	for _, o := range opts {
 		o.applyClient(&cfg)
+	}
+	if cfg.protocol != Delta && cfg.protocol != SotW {
+		return cfg, fmt.Errorf("%w: protocol %v", ErrBadConfig, cfg.protocol)
 	}
 	if cfg.minBackoff <= 0 || cfg.maxBackoff < cfg.minBackoff {
 		return cfg, fmt.Errorf("%w: backoff %v..%v", ErrBadConfig, cfg.minBackoff, cfg.maxBackoff)
@@ -86,11 +125,19 @@ func newClientConfig(opts []ClientOpt) (clientConfig, error) {
 
 // Client subscribes to Baton's resources over ADS for one node, applies
 // every response through its callbacks and ACKs or NACKs it. Run keeps it
-// connected.
+// connected; with Delta, a reconnect subscribes with the versions of the
+// resources held (initial_resource_versions), so only what changed since is
+// sent again.
 type Client struct {
 	cfg  clientConfig
 	conn grpc.ClientConnInterface
 	node *core.Node
+
+	// Delta state, touched only by Run's goroutine: per type URL, the
+	// version of every resource held, and the resources themselves where a
+	// callback needs the full set (clusters always, routes with OnRoutes).
+	vers map[string]map[string]string
+	msgs map[string]map[string]proto.Message
 
 	mu         sync.Mutex
 	acked      uint64
@@ -108,10 +155,13 @@ func NewClient(conn grpc.ClientConnInterface, node *core.Node, opts ...ClientOpt
 	if node.GetId() == "" {
 		return nil, fmt.Errorf("%w: node id is required", ErrBadConfig)
 	}
-	return &Client{cfg: cfg, conn: conn, node: node, changed: make(chan struct{})}, nil
+	return &Client{cfg: cfg, conn: conn, node: node, changed: make(chan struct{}),
+		vers: map[string]map[string]string{}, msgs: map[string]map[string]proto.Message{}}, nil
 }
 
-// AckedVersion is the newest TopicRoute version applied and ACKed.
+// AckedVersion is the newest TopicRoute version applied and ACKed (with
+// Delta, the system_version_info of the response: the config version the
+// server built it from).
 func (c *Client) AckedVersion() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -141,7 +191,12 @@ func (c *Client) Run(ctx context.Context) error {
 	backoff := c.cfg.minBackoff
 	for ctx.Err() == nil {
 		start := time.Now()
-		err := c.stream(ctx)
+		var err error
+		if c.cfg.protocol == Delta {
+			err = c.streamDelta(ctx)
+		} else {
+			err = c.stream(ctx)
+		}
 		c.setConnected(false)
 		if ctx.Err() != nil {
 			return nil
@@ -149,7 +204,8 @@ func (c *Client) Run(ctx context.Context) error {
 		if time.Since(start) > c.cfg.maxBackoff {
 			backoff = c.cfg.minBackoff
 		}
-		c.cfg.log.Warn("xds stream ended; reconnecting", "node", c.node.GetId(), "err", err, "in", backoff)
+		c.cfg.log.Warn("xds stream ended; reconnecting", "node", c.node.GetId(), "protocol", c.cfg.protocol,
+			"err", err, "in", backoff)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -252,6 +308,9 @@ func (c *Client) applyErr(resp *discovery.DiscoveryResponse) error {
 			}
 			routes = append(routes, r)
 		}
+		if c.cfg.onRoutes == nil {
+			return nil
+		}
 		return c.cfg.onRoutes(v, routes)
 	case ClusterType:
 		cls := make([]*batonv1.Cluster, 0, len(resp.GetResources()))
@@ -265,9 +324,200 @@ func (c *Client) applyErr(resp *discovery.DiscoveryResponse) error {
 			}
 			cls = append(cls, cl)
 		}
+		if c.cfg.onClusters == nil {
+			return nil
+		}
 		return c.cfg.onClusters(resp.GetVersionInfo(), cls)
 	default:
 		return fmt.Errorf("%w: unexpected type %s", ErrBadResource, resp.GetTypeUrl())
+	}
+}
+
+func (c *Client) streamDelta(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := discovery.NewAggregatedDiscoveryServiceClient(c.conn).DeltaAggregatedResources(ctx)
+	if err != nil {
+		return err
+	}
+	// Clusters first: routes name them. "*" subscribes to every resource of
+	// the type; the versions held tell the server what not to send again.
+	for i, typ := range []string{ClusterType, TopicRouteType} {
+		req := &discovery.DeltaDiscoveryRequest{TypeUrl: typ, ResourceNamesSubscribe: []string{"*"},
+			InitialResourceVersions: c.vers[typ]}
+		if i == 0 {
+			req.Node = c.node // the server keeps the node of a stream's first request
+		}
+		if err := st.Send(req); err != nil {
+			return err
+		}
+	}
+	c.setConnected(true)
+	for {
+		resp, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			return errors.New("xds: server closed the stream")
+		}
+		if err != nil {
+			return err
+		}
+		if err := st.Send(c.applyDelta(resp)); err != nil {
+			return err
+		}
+	}
+}
+
+// applyDelta applies one delta response, all of it or none, and returns its
+// ACK or NACK. A delta ACK carries no version: the server knows what it sent
+// with the nonce.
+func (c *Client) applyDelta(resp *discovery.DeltaDiscoveryResponse) *discovery.DeltaDiscoveryRequest {
+	req := &discovery.DeltaDiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResponseNonce: resp.GetNonce()}
+	v, err := c.applyDeltaErr(resp)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		c.cfg.log.Warn("NACK", "node", c.node.GetId(), "type", resp.GetTypeUrl(), "version", resp.GetSystemVersionInfo(), "err", err)
+		req.ErrorDetail = &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: err.Error()}
+		return req
+	}
+	if resp.GetTypeUrl() == ClusterType {
+		c.clusterVer = resp.GetSystemVersionInfo()
+	} else {
+		c.acked = max(c.acked, v)
+	}
+	close(c.changed)
+	c.changed = make(chan struct{})
+	return req
+}
+
+// held is one resource's state before a delta response changed it, to undo
+// the change if the response is refused.
+type held struct {
+	name    string
+	version string
+	msg     proto.Message
+	had     bool
+}
+
+func (c *Client) applyDeltaErr(resp *discovery.DeltaDiscoveryResponse) (uint64, error) {
+	typ := resp.GetTypeUrl()
+	var v uint64
+	switch typ {
+	case TopicRouteType:
+		var err error
+		if v, err = ParseVersion(resp.GetSystemVersionInfo()); err != nil {
+			return 0, err
+		}
+	case ClusterType:
+	default:
+		return 0, fmt.Errorf("%w: unexpected type %s", ErrBadResource, typ)
+	}
+	// Decode and check everything before changing anything.
+	keep := typ == ClusterType || c.cfg.onRoutes != nil
+	msgs := make([]proto.Message, len(resp.GetResources()))
+	for i, r := range resp.GetResources() {
+		m, err := decodeDelta(typ, r)
+		if err != nil {
+			return 0, fmt.Errorf("resources[%d]: %w", i, err)
+		}
+		msgs[i] = m
+	}
+	vers, all := c.vers[typ], c.msgs[typ]
+	if vers == nil {
+		vers, all = map[string]string{}, map[string]proto.Message{}
+		c.vers[typ], c.msgs[typ] = vers, all
+	}
+	undo := make([]held, 0, len(msgs)+len(resp.GetRemovedResources()))
+	save := func(name string) {
+		ver, had := vers[name]
+		undo = append(undo, held{name: name, version: ver, msg: all[name], had: had})
+	}
+	for i, r := range resp.GetResources() {
+		save(r.GetName())
+		vers[r.GetName()] = r.GetVersion()
+		if keep {
+			all[r.GetName()] = msgs[i]
+		}
+	}
+	removed := resp.GetRemovedResources()
+	for _, rn := range resp.GetRemovedResourceNames() {
+		removed = append(removed, rn.GetName())
+	}
+	for _, name := range removed {
+		if _, ok := vers[name]; ok {
+			save(name)
+			delete(vers, name)
+			delete(all, name)
+		}
+	}
+	if err := c.deltaCallback(typ, v, resp.GetSystemVersionInfo(), all); err != nil {
+		for _, h := range slices.Backward(undo) {
+			if h.had {
+				vers[h.name] = h.version
+				if h.msg != nil {
+					all[h.name] = h.msg
+				}
+			} else {
+				delete(vers, h.name)
+				delete(all, h.name)
+			}
+		}
+		return 0, err
+	}
+	return v, nil
+}
+
+// deltaCallback hands the full set of typ, after a delta response, to its
+// callback.
+func (c *Client) deltaCallback(typ string, v uint64, version string, all map[string]proto.Message) error {
+	names := func() []string { return slices.Sorted(maps.Keys(all)) }
+	switch {
+	case typ == TopicRouteType && c.cfg.onRoutes != nil:
+		routes := make([]*batonv1.TopicRoute, 0, len(all))
+		for _, n := range names() {
+			routes = append(routes, all[n].(*batonv1.TopicRoute))
+		}
+		return c.cfg.onRoutes(v, routes)
+	case typ == ClusterType && c.cfg.onClusters != nil:
+		cls := make([]*batonv1.Cluster, 0, len(all))
+		for _, n := range names() {
+			cls = append(cls, all[n].(*batonv1.Cluster))
+		}
+		return c.cfg.onClusters(version, cls)
+	}
+	return nil
+}
+
+// decodeDelta decodes and checks one delta resource of typ. Its name must
+// be the topic (the cluster name): the client keys what it holds by it.
+func decodeDelta(typ string, r *discovery.Resource) (proto.Message, error) {
+	a := r.GetResource()
+	if r.GetName() == "" || a == nil {
+		return nil, fmt.Errorf("%w: a resource needs a name and a body", ErrBadResource)
+	}
+	switch typ {
+	case TopicRouteType:
+		tr := &batonv1.TopicRoute{}
+		if err := a.UnmarshalTo(tr); err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", ErrBadResource, r.GetName(), err)
+		}
+		if err := ValidateRoute(tr); err != nil {
+			return nil, err
+		}
+		if tr.GetTopic() != r.GetName() {
+			return nil, fmt.Errorf("%w: resource %s carries topic %s", ErrBadResource, r.GetName(), tr.GetTopic())
+		}
+		return tr, nil
+	default:
+		cl := &batonv1.Cluster{}
+		if err := a.UnmarshalTo(cl); err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", ErrBadResource, r.GetName(), err)
+		}
+		if cl.GetName() != r.GetName() || len(cl.GetBootstrap()) == 0 {
+			return nil, fmt.Errorf("%w: resource %s: cluster %q needs its name and bootstrap brokers", ErrBadResource,
+				r.GetName(), cl.GetName())
+		}
+		return cl, nil
 	}
 }
 

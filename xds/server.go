@@ -96,13 +96,23 @@ type Server struct {
 
 	mu      sync.Mutex
 	nodes   map[string]*NodeStatus
-	streams map[int64]*streamState
+	streams map[streamKey]*streamState
 	changed chan struct{}
 }
 
+// streamKey names a stream: go-control-plane numbers SotW and delta streams
+// apart, from 1 each.
+type streamKey struct {
+	delta bool
+	id    int64
+}
+
 type streamState struct {
-	node string
-	sent map[string]string // nonce -> version_info of responses in flight
+	node *core.Node
+	// sent maps the nonce of each response in flight to its version_info
+	// (SotW) or system_version_info (delta): a delta ACK carries no version,
+	// so the version it acknowledges is the one sent with its nonce.
+	sent map[string]string
 }
 
 // groupHash keys snapshots by node group (namespace, workload): nodes of a
@@ -124,18 +134,22 @@ func NewServer(opts ...Opt) *Server {
 		log: cfg.log.With("component", "xds"), now: cfg.now,
 		cache:  newGroupCache(),
 		groups: map[string][2]string{}, nodes: map[string]*NodeStatus{},
-		streams: map[int64]*streamState{}, changed: make(chan struct{}),
+		streams: map[streamKey]*streamState{}, changed: make(chan struct{}),
 	}
 	s.ads = server.NewServer(context.Background(), s.cache, server.CallbackFuncs{
-		StreamOpenFunc:     func(context.Context, int64, string) error { return nil },
-		StreamClosedFunc:   s.onClosed,
+		StreamClosedFunc:   func(id int64, n *core.Node) { s.onClosed(streamKey{id: id}, n) },
 		StreamRequestFunc:  s.onRequest,
 		StreamResponseFunc: s.onResponse,
+
+		DeltaStreamClosedFunc:   func(id int64, n *core.Node) { s.onClosed(streamKey{delta: true, id: id}, n) },
+		StreamDeltaRequestFunc:  s.onDeltaRequest,
+		StreamDeltaResponseFunc: s.onDeltaResponse,
 	})
 	return s
 }
 
-// Register serves ADS on g.
+// Register serves ADS on g: both state-of-the-world
+// (StreamAggregatedResources) and incremental (DeltaAggregatedResources).
 func (s *Server) Register(g *grpc.Server) {
 	discovery.RegisterAggregatedDiscoveryServiceServer(g, s.ads)
 }
@@ -174,15 +188,47 @@ func (s *Server) ensureGroup(n *core.Node) {
 }
 
 func (s *Server) onRequest(id int64, req *discovery.DiscoveryRequest) error {
-	n := req.GetNode()
+	s.record(streamKey{id: id}, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail().GetMessage(),
+		req.GetErrorDetail() != nil, func(string) string { return req.GetVersionInfo() })
+	return nil
+}
+
+func (s *Server) onResponse(_ context.Context, id int64, _ *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
+	s.sent(streamKey{id: id}, resp.GetNonce(), resp.GetVersionInfo())
+}
+
+// onDeltaRequest records a delta ACK or NACK like a SotW one. The delta
+// server calls it before filling in a request's node from the stream's
+// first request, so the node is taken from the stream's state.
+func (s *Server) onDeltaRequest(id int64, req *discovery.DeltaDiscoveryRequest) error {
+	// A delta ACK carries no version: it acknowledges what was sent with
+	// its nonce, whose system_version_info is the snapshot version.
+	s.record(streamKey{delta: true, id: id}, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(),
+		req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil, func(sent string) string { return sent })
+	return nil
+}
+
+func (s *Server) onDeltaResponse(id int64, _ *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
+	s.sent(streamKey{delta: true, id: id}, resp.GetNonce(), resp.GetSystemVersionInfo())
+}
+
+// record updates the node of stream key on a request: a subscription (no
+// nonce), an ACK, or a NACK (nack, with errMsg). acked returns the version
+// an ACK acknowledges given the version sent with its nonce ("" if unknown).
+func (s *Server) record(key streamKey, n *core.Node, typeURL, nonce, errMsg string, nack bool, acked func(sent string) string) {
+	s.mu.Lock()
+	st := s.streams[key]
+	if st == nil {
+		st = &streamState{node: n, sent: map[string]string{}}
+		s.streams[key] = st
+	}
+	if n == nil {
+		n = st.node
+	}
+	s.mu.Unlock()
 	s.ensureGroup(n)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := s.streams[id]
-	if st == nil {
-		st = &streamState{node: n.GetId(), sent: map[string]string{}}
-		s.streams[id] = st
-	}
 	ns := s.nodes[n.GetId()]
 	if ns == nil {
 		ns = &NodeStatus{ID: n.GetId()}
@@ -190,53 +236,61 @@ func (s *Server) onRequest(id int64, req *discovery.DiscoveryRequest) error {
 	}
 	ns.Namespace, ns.Workload = nodeLabels(n)
 	ns.Connected, ns.LastSeen = true, s.now()
-	if req.GetResponseNonce() == "" {
-		return nil // a subscription, not an answer
+	if nonce == "" {
+		return // a subscription, not an answer
 	}
-	sentVersion, known := st.sent[req.GetResponseNonce()]
-	delete(st.sent, req.GetResponseNonce())
-	if e := req.GetErrorDetail(); e != nil {
+	sentVersion, known := st.sent[nonce]
+	delete(st.sent, nonce)
+	if nack {
 		ns.Nacks++
 		if !known {
 			sentVersion = "?"
 		}
-		ns.LastNack = &Nack{Type: req.GetTypeUrl(), Version: sentVersion, Error: e.GetMessage(), At: s.now()}
-		s.log.Warn("NACK", "node", n.GetId(), "type", req.GetTypeUrl(), "version", sentVersion, "err", e.GetMessage())
+		ns.LastNack = &Nack{Type: typeURL, Version: sentVersion, Error: errMsg, At: s.now()}
+		s.log.Warn("NACK", "node", n.GetId(), "type", typeURL, "version", sentVersion, "err", errMsg)
 		s.notifyLocked()
-		return nil
+		return
 	}
-	switch req.GetTypeUrl() {
+	version := acked(sentVersion)
+	switch typeURL {
 	case TopicRouteType:
-		v, err := ParseVersion(req.GetVersionInfo())
+		if version == "" {
+			s.log.Debug("ACK of an unknown response", "node", n.GetId(), "nonce", nonce)
+			return
+		}
+		v, err := ParseVersion(version)
 		if err != nil {
 			s.log.Warn("ACK with a bad version", "node", n.GetId(), "err", err)
-			return nil
+			return
 		}
 		ns.AckedVersion = max(ns.AckedVersion, v)
 	case ClusterType:
-		ns.AckedClusterVersion = req.GetVersionInfo()
+		if version == "" {
+			return
+		}
+		ns.AckedClusterVersion = version
 	}
 	s.notifyLocked()
-	return nil
 }
 
-func (s *Server) onResponse(_ context.Context, id int64, _ *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
+// sent records the version of a response about to be sent on stream key.
+func (s *Server) sent(key streamKey, nonce, version string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if st := s.streams[id]; st != nil {
+	if st := s.streams[key]; st != nil {
 		if len(st.sent) > 16 { // answers to these will never come
 			clear(st.sent)
 		}
-		st.sent[resp.GetNonce()] = resp.GetVersionInfo()
+		st.sent[nonce] = version
 	}
 }
 
-func (s *Server) onClosed(id int64, n *core.Node) {
+func (s *Server) onClosed(key streamKey, n *core.Node) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.streams, id)
+	delete(s.streams, key)
 	for _, st := range s.streams {
-		if st.node == n.GetId() {
+		if st.node.GetId() == n.GetId() {
 			return // another stream of the node is open
 		}
 	}

@@ -8,10 +8,20 @@
 // reconnecting until stopped; LeaseKeeper heartbeats to the Lease service
 // and says whether the agent may forward.
 //
-// Versions: every response's version_info is the control plane's config
-// version (a decimal uint64) for TopicRoute, and a cluster-set version for
-// Cluster. An agent's acked version only advances on an ACK; a NACK is
-// recorded with its error and leaves the acked version where it was.
+// Protocols: the server answers both state-of-the-world ADS (every response
+// carries every resource of its type) and incremental, delta ADS (a response
+// carries only the resources that changed for the node since what it holds,
+// and the names of removed ones); Client speaks delta unless told otherwise
+// (UseProtocol). With 10,000 routes, delta is what keeps one topic's change
+// from costing every node a 10,000-route response.
+//
+// Versions: every response's version_info (SotW) or system_version_info
+// (delta) is the control plane's config version (a decimal uint64) for
+// TopicRoute, and a cluster-set version for Cluster. A delta resource's own
+// version is the config version at which it last changed and a hash of its
+// bytes. An agent's acked version only advances on an ACK; a NACK is
+// recorded with its error and leaves the acked version where it was. A delta
+// ACK carries no version: the server takes the one it sent with the nonce.
 //
 // Targeting: a topic's Target (namespaces, workloads; empty means all) says
 // which nodes get its shadow features in REJECT and PROXY. Every node gets

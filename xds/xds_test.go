@@ -43,10 +43,13 @@ func (s *seen) get(topic string) *batonv1.TopicRoute {
 	return s.routes[topic]
 }
 
-func startClient(t *testing.T, ctx context.Context, conn *grpc.ClientConn, id, ns string, refuse func(uint64) error) (*Client, *seen) {
+// protocols are the variants every client test runs with.
+var protocols = []Protocol{Delta, SotW}
+
+func startClient(t *testing.T, ctx context.Context, conn *grpc.ClientConn, p Protocol, id, ns string, refuse func(uint64) error) (*Client, *seen) {
 	t.Helper()
 	sn := &seen{routes: map[string]*batonv1.TopicRoute{}}
-	c, err := NewClient(conn, NodeMeta(id, ns, "app"), Backoff(10*time.Millisecond, 50*time.Millisecond),
+	c, err := NewClient(conn, NodeMeta(id, ns, "app"), Backoff(10*time.Millisecond, 50*time.Millisecond), UseProtocol(p),
 		OnRoutes(func(v uint64, rs []*batonv1.TopicRoute) error {
 			if refuse != nil {
 				if err := refuse(v); err != nil {
@@ -92,115 +95,130 @@ func res(v uint64, state batonv1.State, target *Target) Resources {
 
 func TestTargetingAndAcks(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	s := NewServer()
-	conn, _ := serve(t, s)
-	s.Update(res(1, batonv1.State_STATE_PROXY, &Target{Namespaces: []string{"team-a"}}))
-	a, sa := startClient(t, ctx, conn, "a", "team-a", nil)
-	b, sb := startClient(t, ctx, conn, "b", "team-b", nil)
-	for _, c := range []*Client{a, b} {
-		if err := c.WaitVersion(ctx, 1); err != nil {
-			t.Fatal(err)
-		}
+	for _, p := range protocols {
+		t.Run(p.String(), func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			s := NewServer()
+			conn, _ := serve(t, s)
+			s.Update(res(1, batonv1.State_STATE_PROXY, &Target{Namespaces: []string{"team-a"}}))
+			a, sa := startClient(t, ctx, conn, p, "a", "team-a", nil)
+			b, sb := startClient(t, ctx, conn, p, "b", "team-b", nil)
+			for _, c := range []*Client{a, b} {
+				if err := c.WaitVersion(ctx, 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !sa.get("orders").GetShadow().GetLatencyEmulation() {
+				t.Error("team-a is targeted but got no shadow features")
+			}
+			if sb.get("orders").GetShadow() != nil || sb.get("orders").GetState() != batonv1.State_STATE_PROXY {
+				t.Errorf("team-b is not targeted: want PROXY without shadow, got %v", sb.get("orders"))
+			}
+			// MIGRATING reaches every node, targeted or not.
+			s.Update(res(2, batonv1.State_STATE_MIGRATING, &Target{Namespaces: []string{"team-a"}}))
+			for _, c := range []*Client{a, b} {
+				if err := c.WaitVersion(ctx, 2); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if sb.get("orders").GetState() != batonv1.State_STATE_MIGRATING {
+				t.Errorf("team-b: want MIGRATING, got %v", sb.get("orders"))
+			}
+			waitFor(t, ctx, "server sees both acks", func() bool {
+				na, _ := s.Node("a")
+				nb, _ := s.Node("b")
+				return na.AckedVersion == 2 && nb.AckedVersion == 2 && na.Namespace == "team-a"
+			})
+		})
 	}
-	if !sa.get("orders").GetShadow().GetLatencyEmulation() {
-		t.Error("team-a is targeted but got no shadow features")
-	}
-	if sb.get("orders").GetShadow() != nil || sb.get("orders").GetState() != batonv1.State_STATE_PROXY {
-		t.Errorf("team-b is not targeted: want PROXY without shadow, got %v", sb.get("orders"))
-	}
-	// MIGRATING reaches every node, targeted or not.
-	s.Update(res(2, batonv1.State_STATE_MIGRATING, &Target{Namespaces: []string{"team-a"}}))
-	for _, c := range []*Client{a, b} {
-		if err := c.WaitVersion(ctx, 2); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if sb.get("orders").GetState() != batonv1.State_STATE_MIGRATING {
-		t.Errorf("team-b: want MIGRATING, got %v", sb.get("orders"))
-	}
-	waitFor(t, ctx, "server sees both acks", func() bool {
-		na, _ := s.Node("a")
-		nb, _ := s.Node("b")
-		return na.AckedVersion == 2 && nb.AckedVersion == 2 && na.Namespace == "team-a"
-	})
 }
 
 func TestNackDoesNotAdvance(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	s := NewServer()
-	conn, _ := serve(t, s)
-	s.Update(res(1, batonv1.State_STATE_PROXY, nil))
-	c, _ := startClient(t, ctx, conn, "n", "ns", func(v uint64) error {
-		if v == 2 {
-			return errors.New("cannot apply version 2")
-		}
-		return nil
-	})
-	if err := c.WaitVersion(ctx, 1); err != nil {
-		t.Fatal(err)
+	for _, p := range protocols {
+		t.Run(p.String(), func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			s := NewServer()
+			conn, _ := serve(t, s)
+			s.Update(res(1, batonv1.State_STATE_PROXY, nil))
+			c, _ := startClient(t, ctx, conn, p, "n", "ns", func(v uint64) error {
+				if v == 2 {
+					return errors.New("cannot apply version 2")
+				}
+				return nil
+			})
+			if err := c.WaitVersion(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+			s.Update(res(2, batonv1.State_STATE_MIGRATING, nil))
+			waitFor(t, ctx, "NACK recorded", func() bool {
+				n, _ := s.Node("n")
+				return n.LastNack != nil
+			})
+			n, _ := s.Node("n")
+			if n.AckedVersion != 1 || n.LastNack.Version != "2" || n.LastNack.Error != "cannot apply version 2" {
+				t.Errorf("after NACK: acked %d, nack %+v", n.AckedVersion, n.LastNack)
+			}
+			if c.AckedVersion() != 1 {
+				t.Errorf("client acked %d after its own NACK", c.AckedVersion())
+			}
+			s.Update(res(3, batonv1.State_STATE_PROXY, nil))
+			if err := c.WaitVersion(ctx, 3); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, ctx, "ack of 3", func() bool { n, _ := s.Node("n"); return n.AckedVersion == 3 })
+		})
 	}
-	s.Update(res(2, batonv1.State_STATE_MIGRATING, nil))
-	waitFor(t, ctx, "NACK recorded", func() bool {
-		n, _ := s.Node("n")
-		return n.LastNack != nil
-	})
-	n, _ := s.Node("n")
-	if n.AckedVersion != 1 || n.LastNack.Version != "2" || n.LastNack.Error != "cannot apply version 2" {
-		t.Errorf("after NACK: acked %d, nack %+v", n.AckedVersion, n.LastNack)
-	}
-	if c.AckedVersion() != 1 {
-		t.Errorf("client acked %d after its own NACK", c.AckedVersion())
-	}
-	s.Update(res(3, batonv1.State_STATE_PROXY, nil))
-	if err := c.WaitVersion(ctx, 3); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, ctx, "ack of 3", func() bool { n, _ := s.Node("n"); return n.AckedVersion == 3 })
 }
 
 func TestClientReconnects(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	s := NewServer()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	g := grpc.NewServer()
-	s.Register(g)
-	go func() { _ = g.Serve(ln) }()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	s.Update(res(1, batonv1.State_STATE_PROXY, nil))
-	c, sn := startClient(t, ctx, conn, "r", "ns", nil)
-	if err := c.WaitVersion(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
-	g.Stop()
-	waitFor(t, ctx, "disconnect seen", func() bool { n, _ := s.Node("r"); return !n.Connected })
-	s.Update(res(2, batonv1.State_STATE_COMPLETE, nil))
-	ln2, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Skipf("port reuse: %v", err)
-	}
-	g2 := grpc.NewServer()
-	s.Register(g2)
-	go func() { _ = g2.Serve(ln2) }()
-	defer g2.Stop()
-	if err := c.WaitVersion(ctx, 2); err != nil {
-		t.Fatal(err)
-	}
-	if sn.get("orders").GetState() != batonv1.State_STATE_COMPLETE {
-		t.Errorf("after reconnect: %v", sn.get("orders"))
+	for _, p := range protocols {
+		t.Run(p.String(), func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			s := NewServer()
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr := ln.Addr().String()
+			g := grpc.NewServer()
+			s.Register(g)
+			go func() { _ = g.Serve(ln) }()
+			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			s.Update(res(1, batonv1.State_STATE_PROXY, nil))
+			c, sn := startClient(t, ctx, conn, p, "r", "ns", nil)
+			if err := c.WaitVersion(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+			g.Stop()
+			waitFor(t, ctx, "disconnect seen", func() bool { n, _ := s.Node("r"); return !n.Connected })
+			s.Update(res(2, batonv1.State_STATE_COMPLETE, nil))
+			ln2, err := net.Listen("tcp", addr)
+			if err != nil {
+				t.Skipf("port reuse: %v", err)
+			}
+			g2 := grpc.NewServer()
+			s.Register(g2)
+			go func() { _ = g2.Serve(ln2) }()
+			defer g2.Stop()
+			if err := c.WaitVersion(ctx, 2); err != nil {
+				t.Fatal(err)
+			}
+			if sn.get("orders").GetState() != batonv1.State_STATE_COMPLETE {
+				t.Errorf("after reconnect: %v", sn.get("orders"))
+			}
+		})
 	}
 }
 

@@ -7,7 +7,10 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"testing"
@@ -30,19 +33,35 @@ const (
 )
 
 // BenchmarkXDSFanOut: the xDS server as the control plane uses it
-// (xds.NewServer, Update with every route at a new config version) on
-// loopback gRPC, 10,000 TopicRoutes, 1,000 xds.Client nodes over 4
-// namespaces, each on its own connection. Once every node ACKed the
-// initial version, one topic goes MIGRATING (a cutover's first push), and
-// the time from Update to each node's ACK, as the server records it, is
-// measured; repeated xdsChanges times. Also reports the heap in use with
+// (xds.NewServer, Update with every route of the new config version, each
+// at the version at which its topic last changed) on loopback gRPC, 10,000
+// TopicRoutes, 1,000 xds.Client nodes over 4 namespaces, each on its own
+// connection. Once every node ACKed the initial version, one topic goes
+// MIGRATING (a cutover's first push), and the time from Update to each
+// node's ACK, as the server records it, is measured; repeated xdsChanges
+// times, a different topic each time. Also reports the heap in use with
 // every client connected (server and clients: one process).
 //
-// BATON_BENCH_XDS_CLIENTS and BATON_BENCH_XDS_TOPICS override the sizes.
+// Sub-benchmarks: sotw (state of the world) and delta (incremental xDS, the
+// client's default), each from a fresh server, run one after the other.
+//
+// BATON_BENCH_XDS_CLIENTS and BATON_BENCH_XDS_TOPICS override the sizes;
+// BATON_BENCH_XDS_HEAPPROFILE names a directory to write a heap profile per
+// sub-benchmark to, taken when the heap is measured.
 func BenchmarkXDSFanOut(b *testing.B) {
+	// SotW first: whatever the first leaves behind (heap, pooled buffers,
+	// closing connections) weighs on the second, and delta is the one
+	// measured against the goal.
+	for _, p := range []xds.Protocol{xds.SotW, xds.Delta} {
+		b.Run(p.String(), func(b *testing.B) { benchFanOut(b, p) })
+	}
+}
+
+func benchFanOut(b *testing.B, protocol xds.Protocol) {
 	if b.N > 1 {
 		b.Skip("runs a fixed workload once; use -benchtime 1x")
 	}
+	debug.FreeOSMemory() // start from a collected heap
 	nClients := envInt(b, "BATON_BENCH_XDS_CLIENTS", xdsClients)
 	nTopics := envInt(b, "BATON_BENCH_XDS_TOPICS", xdsTopics)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -58,11 +77,12 @@ func BenchmarkXDSFanOut(b *testing.B) {
 	defer g.Stop()
 
 	states := make([]batonv1.State, nTopics)
-	for i := range states {
-		states[i] = batonv1.State_STATE_PROXY
-	}
+	changedAt := make([]uint64, nTopics) // per topic, the config version it last changed at
 	var version uint64 = 1
-	publish := func() { srv.Update(fanOutResources(version, states)) }
+	for i := range states {
+		states[i], changedAt[i] = batonv1.State_STATE_PROXY, version
+	}
+	publish := func() { srv.Update(fanOutResources(version, states, changedAt)) }
 	publish()
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -87,7 +107,7 @@ func BenchmarkXDSFanOut(b *testing.B) {
 		}
 		conns[i] = conn
 		c, err := xds.NewClient(conn, xds.NodeMeta(ids[i], fmt.Sprintf("ns-%d", i%xdsNamespaces), "app"),
-			xds.ClientLogger(quiet))
+			xds.ClientLogger(quiet), xds.UseProtocol(protocol))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -102,20 +122,24 @@ func BenchmarkXDSFanOut(b *testing.B) {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	heapMiB := float64(ms.HeapInuse) / (1 << 20)
+	if dir := os.Getenv("BATON_BENCH_XDS_HEAPPROFILE"); dir != "" {
+		writeHeapProfile(b, filepath.Join(dir, "xds-heap-"+protocol.String()+".prof"))
+	}
 
 	var all []time.Duration
 	var rounds []string
 	for round := range xdsChanges {
+		// A cutover in progress: each round one more topic goes MIGRATING
+		// (the ones before stay), so each publish changes one route.
 		topic := (round * 7919) % nTopics
 		version++
-		states[topic] = batonv1.State_STATE_MIGRATING
+		states[topic], changedAt[topic] = batonv1.State_STATE_MIGRATING, version
 		at := time.Now()
 		publish()
 		lats, err := waitAcks(ctx, srv, ids, version, at, 5*time.Minute)
 		if err != nil {
 			b.Fatal(err)
 		}
-		states[topic] = batonv1.State_STATE_PROXY // the next round's change is a new topic
 		slices.Sort(lats)
 		all = append(all, lats...)
 		rounds = append(rounds, fmt.Sprintf("change %d (v%d)   %9.1f  %9.1f  %9.1f",
@@ -126,20 +150,34 @@ func BenchmarkXDSFanOut(b *testing.B) {
 	b.ReportMetric(ms64(pct(all, 99)), "p99-ms")
 	b.ReportMetric(ms64(all[len(all)-1]), "max-ms")
 	b.ReportMetric(heapMiB, "heap-MiB")
+	b.ReportMetric(connectAll.Seconds(), "connect-s")
 	fmt.Fprintf(os.Stderr, `
-xDS fan-out: %d TopicRoutes, %d clients (%d namespaces, one connection each), GOMAXPROCS=%d
+xDS fan-out (%s): %d TopicRoutes, %d clients (%d namespaces, one connection each), GOMAXPROCS=%d
 all clients connected and ACKed v1 in %v; heap in use after GC: %.0f MiB (server and clients)
 time from Update to each client's ACK (ms):
                      p50        p99        max
 %s
 all %d changes      %9.1f  %9.1f  %9.1f
-`, nTopics, nClients, xdsNamespaces, runtime.GOMAXPROCS(0), connectAll.Round(time.Millisecond), heapMiB,
+`, protocol, nTopics, nClients, xdsNamespaces, runtime.GOMAXPROCS(0), connectAll.Round(time.Millisecond), heapMiB,
 		joinLines(rounds), xdsChanges, ms64(pct(all, 50)), ms64(pct(all, 99)), ms64(all[len(all)-1]))
 }
 
+// writeHeapProfile writes the live heap to path: where the heap in use goes.
+func writeHeapProfile(b *testing.B, path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		b.Fatal(err)
+	}
+}
+
 // fanOutResources renders the routes the way the control plane's publish
-// does: every route a new message at each config version.
-func fanOutResources(version uint64, states []batonv1.State) xds.Resources {
+// does: every route a new message at each config version, carrying the
+// version at which its topic last changed (changedAt).
+func fanOutResources(version uint64, states []batonv1.State, changedAt []uint64) xds.Resources {
 	res := xds.Resources{Version: version, Targets: map[string]xds.Target{},
 		Clusters: []*batonv1.Cluster{
 			{Name: "source", Bootstrap: []string{"source-0:9092", "source-1:9092", "source-2:9092"}},
@@ -147,7 +185,7 @@ func fanOutResources(version uint64, states []batonv1.State) xds.Resources {
 		}}
 	res.Routes = make([]*batonv1.TopicRoute, len(states))
 	for i, st := range states {
-		res.Routes[i] = &batonv1.TopicRoute{Topic: fmt.Sprintf("topic-%05d", i), State: st, Version: version,
+		res.Routes[i] = &batonv1.TopicRoute{Topic: fmt.Sprintf("topic-%05d", i), State: st, Version: changedAt[i],
 			SourceCluster: "source", DestinationCluster: "destination",
 			HoldMax: durationpb.New(5 * time.Second), ForwardDeadline: durationpb.New(2 * time.Second)}
 	}
