@@ -174,6 +174,8 @@ func requireParity(t testing.TB, src, dst []string, topic string, want replicato
 	if wantRecords >= 0 && total != wantRecords {
 		t.Errorf("verified %d source records, want %d", total, wantRecords)
 	}
+	t.Logf("verify %s: %d source records on %d partitions, parity wanted %s, %d mismatches",
+		topic, total, len(rep.Partitions), want, len(rep.Mismatches))
 }
 
 func TestCopyMatrixExactParity(t *testing.T) {
