@@ -97,33 +97,44 @@ type partProgress struct {
 // parity is mapped, and never go beyond what D holds of the partition: an
 // offset past the copied progress is clamped to D's copied end. A group's
 // offset on D only moves forward: one D already holds beyond S's is left
-// (AheadOnD). Only topics whose destination is set up are synced.
+// (AheadOnD). Only topics whose destination is set up are synced. A topic
+// whose copy stopped (Stop) keeps being synced through its Handoff, since
+// its groups may read it on S until they move to D, until Start copies it
+// again.
 //
 // Each request is bounded by the RequestTimeout, the pass by ctx. It needs
-// Run to be running (ErrNotRunning otherwise); at a cutover, call
-// it after the replicator caught up and before Stop. Per-group failures are
+// Run to be running (ErrNotRunning otherwise). Per-group failures are
 // joined in the error (wrapping ErrGroupSync); the report holds what
 // succeeded.
 func (r *Replicator) SyncGroups(ctx context.Context) (GroupSyncReport, error) {
 	var rep GroupSyncReport
 	r.mu.Lock()
 	srcAdm, dstAdm := r.srcAdm, r.dstAdm
-	var topics []string
+	var topics []string // copied now
 	for name, t := range r.topics {
 		if t.ready && !t.stopping {
 			topics = append(topics, name)
+		}
+	}
+	handedOff := map[string]bool{} // copy stopped: synced through the handoff
+	for name := range r.handoffs {
+		if _, copied := r.topics[name]; !copied {
+			handedOff[name] = true
 		}
 	}
 	r.mu.Unlock()
 	if srcAdm == nil || dstAdm == nil {
 		return rep, ErrNotRunning
 	}
-	if len(topics) == 0 {
+	if len(topics) == 0 && len(handedOff) == 0 {
 		return rep, nil
 	}
 	sort.Strings(topics)
 	managed := map[string]bool{}
 	for _, t := range topics {
+		managed[t] = true
+	}
+	for t := range handedOff {
 		managed[t] = true
 	}
 
@@ -200,10 +211,12 @@ func (r *Replicator) SyncGroups(ctx context.Context) (GroupSyncReport, error) {
 		}
 	}
 
-	// What D holds of each partition.
-	ends, err := dstAdm.ListEndOffsets(ctx, topics...)
-	if err != nil {
-		return rep, fmt.Errorf("%w: listing destination end offsets: %w", ErrGroupSync, err)
+	// What D holds of each partition being copied.
+	var ends kadm.ListedOffsets
+	if len(topics) > 0 {
+		if ends, err = dstAdm.ListEndOffsets(ctx, topics...); err != nil {
+			return rep, fmt.Errorf("%w: listing destination end offsets: %w", ErrGroupSync, err)
+		}
 	}
 
 	for _, g := range groups {
@@ -221,11 +234,22 @@ func (r *Replicator) SyncGroups(ctx context.Context) (GroupSyncReport, error) {
 		var planned []GroupOffset
 		r.mu.Lock()
 		want[g].Each(func(o kadm.OffsetResponse) {
-			end, ok := ends.Lookup(o.Topic, o.Partition)
-			if !ok || end.Err != nil {
-				return // partition not on D yet
+			var pp partProgress
+			if handedOff[o.Topic] {
+				// D grows with the producers' own writes now: what the
+				// copy left there is the handoff, not D's end.
+				h, ok := r.handoffs[o.Topic][o.Partition]
+				if !ok {
+					return
+				}
+				pp = h
+			} else {
+				end, ok := ends.Lookup(o.Topic, o.Partition)
+				if !ok || end.Err != nil {
+					return // partition not on D yet
+				}
+				pp = r.progressLocked(o.Topic, o.Partition, end.Offset)
 			}
-			pp := r.progressLocked(o.Topic, o.Partition, end.Offset)
 			dst, clamped := r.translateLocked(o.Topic, o.Partition, o.At, pp)
 			if h, ok := have.Lookup(o.Topic, o.Partition); ok && h.Err == nil && h.At >= dst {
 				if h.At == dst {

@@ -127,47 +127,98 @@ func ensureMapTopic(ctx context.Context, adm *kadm.Client, topic string) error {
 	return nil
 }
 
+// Handoff is where a topic's copy stopped for good (Stop at a cutover): per
+// partition, the first source offset not copied and D's end offset then.
+// After the copy stops, consumer groups still read the topic on S until they
+// move to D, so their offsets keep being synced through the handoff (an
+// offset beyond it is clamped to it: S may only grow by a producer that
+// bypassed the cutover). It is kept on D in the offset map topic, under the
+// key "handoff:<topic>" (a colon cannot be in a topic name), so a restarted
+// replicator keeps syncing.
+type Handoff struct {
+	Topic      string             `json:"topic"`
+	Partitions []HandoffPartition `json:"partitions"`
+}
+
+// HandoffPartition is one partition of a Handoff.
+type HandoffPartition struct {
+	Partition int32 `json:"partition"`
+	// Source is the first source offset not copied.
+	Source int64 `json:"source"`
+	// Destination is D's end offset when the copy stopped.
+	Destination int64 `json:"destination"`
+}
+
+const handoffKeyPrefix = "handoff:"
+
+// progress is h as the group sync's clamping reads it.
+func (h Handoff) progress() map[int32]partProgress {
+	out := make(map[int32]partProgress, len(h.Partitions))
+	for _, p := range h.Partitions {
+		out[p.Partition] = partProgress{hold: p.Destination, progress: p.Source}
+	}
+	return out
+}
+
+func handoffKey(topic string) []byte { return []byte(handoffKeyPrefix + topic) }
+
 // LoadOffsetMaps reads every segment of the offset map topic mapTopic on the
 // cluster at seeds, by topic. A missing map topic is an empty map.
 // opts add client options (TLS, SASL).
 func LoadOffsetMaps(ctx context.Context, seeds []string, mapTopic string, opts ...kgo.Opt) (map[string]OffsetMap, error) {
+	maps, _, err := loadMapTopic(ctx, seeds, mapTopic, opts...)
+	return maps, err
+}
+
+// loadMapTopic reads the offset map topic: segments by topic, and handoffs.
+func loadMapTopic(ctx context.Context, seeds []string, mapTopic string, opts ...kgo.Opt) (map[string]OffsetMap, map[string]Handoff, error) {
 	rd, err := kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(seeds...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{mapTopic: {0: kgo.NewOffset().AtStart()}}),
 	}, opts...)...)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer rd.Close()
 	ends, err := kadm.NewClient(rd).ListEndOffsets(ctx, mapTopic)
 	if err != nil {
-		return nil, fmt.Errorf("offset map %s: %w", mapTopic, err)
+		return nil, nil, fmt.Errorf("offset map %s: %w", mapTopic, err)
 	}
 	out := map[string]OffsetMap{}
+	handoffs := map[string]Handoff{}
 	end, ok := ends.Lookup(mapTopic, 0)
 	if !ok || end.Err != nil || end.Offset == 0 {
-		return out, nil // missing topic or empty
+		return out, handoffs, nil // missing topic or empty
 	}
 	for {
 		fs := rd.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		var ferr error
 		done := false
 		fs.EachError(func(_ string, _ int32, err error) { ferr = err })
 		if ferr != nil {
-			return nil, fmt.Errorf("reading offset map %s: %w", mapTopic, ferr)
+			return nil, nil, fmt.Errorf("reading offset map %s: %w", mapTopic, ferr)
 		}
 		fs.EachRecord(func(r *kgo.Record) {
 			var s Segment
-			if r.Value == nil {
+			switch {
+			case strings.HasPrefix(string(r.Key), handoffKeyPrefix):
+				topic := strings.TrimPrefix(string(r.Key), handoffKeyPrefix)
+				var h Handoff
+				if r.Value == nil {
+					delete(handoffs, topic)
+				} else if json.Unmarshal(r.Value, &h) == nil && h.Topic == topic {
+					handoffs[topic] = h
+				}
+			case r.Value == nil:
 				// A tombstone withdraws a segment written for a batch that
 				// never reached D (see initPartition).
 				if topic, p, dst, ok := parseSegmentKey(r.Key); ok && out[topic] != nil {
 					out[topic].remove(p, dst)
 				}
-			} else if json.Unmarshal(r.Value, &s) == nil {
+			case json.Unmarshal(r.Value, &s) == nil:
 				m := out[s.Topic]
 				if m == nil {
 					m = OffsetMap{}
@@ -180,7 +231,7 @@ func LoadOffsetMaps(ctx context.Context, seeds []string, mapTopic string, opts .
 			}
 		})
 		if done {
-			return out, nil
+			return out, handoffs, nil
 		}
 	}
 }

@@ -2,6 +2,7 @@ package replicator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -142,13 +143,16 @@ type Replicator struct {
 	src, dst       *kgo.Client
 	srcAdm, dstAdm *kadm.Client
 
-	mu      sync.Mutex
-	topics  map[string]*topicState
-	maps    map[string]OffsetMap // by topic; loaded by Run
-	changed chan struct{}        // closed and replaced on every state change
-	running bool
-	pid     producerID // the run's shared producer id, zero before InitProducerId
-	order   string     // last schedule, for the debug log
+	mu     sync.Mutex
+	topics map[string]*topicState
+	maps   map[string]OffsetMap // by topic; loaded by Run
+	// handoffs are topics whose copy stopped (Stop), by topic: their
+	// groups are still synced, through these offsets. Loaded by Run.
+	handoffs map[string]map[int32]partProgress
+	changed  chan struct{} // closed and replaced on every state change
+	running  bool
+	pid      producerID // the run's shared producer id, zero before InitProducerId
+	order    string     // last schedule, for the debug log
 
 	configMu       sync.Mutex                   // guards lastSrcConfigs (SyncConfigs)
 	lastSrcConfigs map[string]map[string]string // S's mirrored dynamic configs at the last pass, by topic
@@ -328,12 +332,21 @@ func (r *Replicator) loadMaps(ctx context.Context) error {
 	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, r.cfg.maxBackoff) {
 		err := ensureMapTopic(ctx, r.dstAdm, r.cfg.mapTopic)
 		var maps map[string]OffsetMap
+		var handoffs map[string]Handoff
 		if err == nil {
-			maps, err = LoadOffsetMaps(ctx, r.cfg.destination, r.cfg.mapTopic, r.cfg.dstOpts...)
+			maps, handoffs, err = loadMapTopic(ctx, r.cfg.destination, r.cfg.mapTopic, r.cfg.dstOpts...)
 		}
 		if err == nil {
 			r.mu.Lock()
 			r.maps = maps
+			if r.handoffs == nil {
+				r.handoffs = map[string]map[int32]partProgress{}
+			}
+			for topic, h := range handoffs {
+				if _, ok := r.handoffs[topic]; !ok { // a Stop meanwhile wins
+					r.handoffs[topic] = h.progress()
+				}
+			}
 			r.mu.Unlock()
 			return nil
 		}
@@ -352,6 +365,21 @@ func (r *Replicator) notifyLocked() {
 	r.changed = make(chan struct{})
 }
 
+// writeHandoff keeps h on D, acks=all.
+func (r *Replicator) writeHandoff(ctx context.Context, h Handoff) error {
+	r.mu.Lock()
+	running := r.dstAdm != nil // set, under r.mu, after r.dst
+	r.mu.Unlock()
+	if !running {
+		return ErrNotRunning
+	}
+	v, err := json.Marshal(h)
+	if err != nil {
+		return err
+	}
+	return r.writeMap(ctx, []*kgo.Record{{Topic: r.cfg.mapTopic, Partition: 0, Key: handoffKey(h.Topic), Value: v}})
+}
+
 // Start adds topic to the replicated set (a no-op if it is there, except
 // that a paused topic resumes).
 func (r *Replicator) Start(topic string) {
@@ -363,6 +391,10 @@ func (r *Replicator) Start(topic string) {
 		return
 	}
 	r.topics[topic] = &topicState{name: topic, parts: map[int32]*partState{}}
+	// Copied again (a rollback after Stop): its groups follow the copy's
+	// progress, not the handoff. A handoff kept on D is ignored while the
+	// topic is managed and overwritten by the next Stop.
+	delete(r.handoffs, topic)
 	r.notifyLocked()
 }
 
@@ -435,12 +467,26 @@ func (r *Replicator) Stop(ctx context.Context, topic string) ([]PartitionStatus,
 	}
 	st := r.topicStatusLocked(t)
 	delete(r.topics, topic)
+	h := Handoff{Topic: topic}
+	for _, p := range st.Partitions {
+		h.Partitions = append(h.Partitions, HandoffPartition{Partition: p.Partition, Source: p.Next, Destination: p.DestinationEnd})
+	}
+	if r.handoffs == nil {
+		r.handoffs = map[string]map[int32]partProgress{}
+	}
+	r.handoffs[topic] = h.progress()
 	r.configMu.Lock()
 	delete(r.lastSrcConfigs, topic)
 	r.configMu.Unlock()
 	r.metrics.forget(topic, t.parts)
 	r.notifyLocked()
 	r.mu.Unlock()
+	// Kept on D so that a restarted replicator keeps syncing the groups.
+	// The copy itself is done: a failure here costs only that.
+	if err := r.writeHandoff(ctx, h); err != nil {
+		r.log.Error("recording where the copy stopped; a restarted replicator will not sync this topic's groups",
+			"topic", topic, "err", err)
+	}
 	return st.Partitions, nil
 }
 
