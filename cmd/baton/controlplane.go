@@ -24,7 +24,7 @@ func newControlPlaneCmd() *cobra.Command {
 		source, destination, grpcAddr, httpAddr, dataDir, endpoints, logLevel string
 		writeGuard, replPrincipal                                             string
 		lease, forward, timeout                                               time.Duration
-		srcSASL, destSASL                                                     saslFlags
+		srcSASL, destSASL                                                     securityFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "controlplane",

@@ -22,7 +22,7 @@ func newReplicatorCmd() *cobra.Command {
 		workers                                                           int
 		fetchMax                                                          int32
 		sample, groupSync, configSync                                     time.Duration
-		srcSASL, dstSASL                                                  saslFlags
+		srcSASL, dstSASL                                                  securityFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "replicator",

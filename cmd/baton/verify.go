@@ -20,7 +20,7 @@ func newVerifyCmd() *cobra.Command {
 func newVerifyParityCmd() *cobra.Command {
 	var (
 		source, destination, topic, mapTopic string
-		srcSASL, dstSASL                     saslFlags
+		srcSASL, dstSASL                     securityFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "parity",
