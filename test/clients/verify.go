@@ -7,8 +7,10 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -231,19 +233,9 @@ func readTopic(ctx context.Context, bootstrap, topic string) (map[tpo]*kgo.Recor
 	}
 	defer adm.Close()
 	ac := kadm.NewClient(adm)
-	starts, err := ac.ListStartOffsets(ctx, topic)
+	starts, ends, err := listOffsets(ctx, ac, topic)
 	if err != nil {
-		return nil, fmt.Errorf("listing start offsets: %w", err)
-	}
-	ends, err := ac.ListEndOffsets(ctx, topic)
-	if err != nil {
-		return nil, fmt.Errorf("listing end offsets: %w", err)
-	}
-	if err := starts.Error(); err != nil {
-		return nil, fmt.Errorf("listing start offsets: %w", err)
-	}
-	if err := ends.Error(); err != nil {
-		return nil, fmt.Errorf("listing end offsets: %w", err)
+		return nil, err
 	}
 	if _, ok := ends[topic]; !ok {
 		return nil, fmt.Errorf("topic %s not found", topic)
@@ -304,6 +296,39 @@ func readTopic(ctx context.Context, bootstrap, topic string) (map[tpo]*kgo.Recor
 		})
 	}
 	return recs, nil
+}
+
+// listOffsets lists topic's start and end offsets, retrying for up to 30 s
+// while a partition answers with a retriable error: right after a leader
+// moves, a new leader answers OFFSET_NOT_AVAILABLE (or NOT_LEADER) until its
+// high watermark is known, and kadm does not retry per-partition errors.
+func listOffsets(ctx context.Context, ac *kadm.Client, topic string) (starts, ends kadm.ListedOffsets, err error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		starts, err = ac.ListStartOffsets(ctx, topic)
+		if err == nil {
+			err = starts.Error()
+		}
+		if err == nil {
+			ends, err = ac.ListEndOffsets(ctx, topic)
+			if err == nil {
+				err = ends.Error()
+			}
+			if err != nil {
+				err = fmt.Errorf("listing end offsets: %w", err)
+			}
+		} else {
+			err = fmt.Errorf("listing start offsets: %w", err)
+		}
+		if err == nil || !kerr.IsRetriable(err) || time.Now().After(deadline) {
+			return starts, ends, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 func describeNext(m map[int32]int64) string {
