@@ -67,6 +67,8 @@ type config struct {
 	registry        *prometheus.Registry
 	cpConn          grpc.ClientConnInterface
 	cpNode          *core.Node
+	producerIDs     int
+	producerIDIdle  time.Duration
 }
 
 // Listen sets the address producers connect to, overriding 127.0.0.1:9092.
@@ -128,6 +130,7 @@ type Agent struct {
 	nodeID   int32
 	metrics  *metrics
 	epochs   *epochs
+	pids     *pidMap
 	cp       *cpLink // nil with static routes
 	inflight inflight
 
@@ -152,6 +155,8 @@ func New(opts ...Opt) (*Agent, error) {
 		forwardDeadline: DefaultForwardDeadline,
 		upstreamConns:   DefaultUpstreamConns,
 		nodeID:          DefaultNodeID,
+		producerIDs:     DefaultProducerIDs,
+		producerIDIdle:  DefaultProducerIDIdle,
 	}
 	for _, o := range opts {
 		o.apply(&cfg)
@@ -178,6 +183,10 @@ func New(opts ...Opt) (*Agent, error) {
 		return nil, fmt.Errorf("%w: upstream conns: must be at least 1, got %d", ErrBadConfig, cfg.upstreamConns)
 	case cfg.nodeID < 0:
 		return nil, fmt.Errorf("%w: node id: must not be negative, got %d", ErrBadConfig, cfg.nodeID)
+	case cfg.producerIDs < 1:
+		return nil, fmt.Errorf("%w: producer ids: must be at least 1, got %d", ErrBadConfig, cfg.producerIDs)
+	case cfg.producerIDIdle <= 0:
+		return nil, fmt.Errorf("%w: producer id idle: must be positive, got %s", ErrBadConfig, cfg.producerIDIdle)
 	}
 	for _, b := range append(append([]string(nil), cfg.source...), cfg.destination...) {
 		if _, _, err := net.SplitHostPort(b); err != nil {
@@ -194,6 +203,11 @@ func New(opts ...Opt) (*Agent, error) {
 		conns:  map[uint64]net.Conn{},
 	}
 	a.metrics = newMetrics(cfg.registry)
+	a.pids = newPIDMap(cfg.producerIDs, cfg.producerIDIdle, a.initDestinationPID)
+	cfg.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "baton_agent_producer_ids",
+		Help: "Source producers (id, epoch) mapped to a destination producer id.",
+	}, func() float64 { return float64(a.pids.len()) }))
 	if cfg.cpConn != nil {
 		if a.cp, err = a.newCPLink(); err != nil {
 			return nil, err

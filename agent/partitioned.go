@@ -226,10 +226,14 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 	}
 	shards, codes := r.shardByLeader(ctx, parts, func(t string) *upstream { return ups[t] }, r.pins.addr)
 	shards = r.pins.dropAfterGap(req, shards, codes) // see pin.go
+	// Idempotent batches toward the destination go under the destination
+	// producer id mapped from the client's (see pidmap.go).
+	shards, rewritten := r.mapProducers(ctx, req, shards, codes)
+	r.pins.noteRefused(req, codes) // see pin.go
 
 	expect := req.Acks != 0
 	var ss []sent
-	if len(shards) == 1 && len(shards[0].idx) == len(parts) {
+	if len(shards) == 1 && len(shards[0].idx) == len(parts) && rewritten == nil {
 		// One leader serves the whole request: forward the client's bytes.
 		s := shards[0]
 		cl, err := s.up.send(ctx, s.addr, r.slot, 0, req.Version, x.Header.ClientID, x.RawReq, expect)
@@ -243,6 +247,9 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 				var st *kmsg.ProduceRequestTopic
 				for _, p := range t.Partitions {
 					if contains(s.idx, flat) {
+						if b, ok := rewritten[flat]; ok {
+							p.Records = b
+						}
 						if st == nil {
 							sub.Topics = append(sub.Topics, kmsg.ProduceRequestTopic{Topic: t.Topic})
 							st = &sub.Topics[len(sub.Topics)-1]
@@ -254,6 +261,9 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 			}
 			return sub
 		}, expect)
+		for _, b := range rewritten {
+			putBuf(b) // sendShards wrote them
+		}
 	}
 	// Count what went to the source until it is answered (or could no
 	// longer be written), for the drain the control plane waits on.

@@ -104,33 +104,34 @@ func (ps *pins) dropAfterGap(req *kmsg.ProduceRequest, shards []*shard, codes []
 			i++
 		}
 	}
-	if drop == nil {
-		return shards
-	}
-	out := shards[:0]
-	for _, s := range shards {
-		idx := s.idx[:0]
-		for _, j := range s.idx {
-			if !drop[j] {
-				idx = append(idx, j)
-			}
-		}
-		if s.idx = idx; len(idx) > 0 {
-			out = append(out, s)
-		}
-	}
-	return out
+	return withoutParts(shards, drop)
 }
 
 // noteGaps records a gap for each idempotent batch answered
 // NOT_LEADER_OR_FOLLOWER (results in the request's flattened order).
 func (ps *pins) noteGaps(req *kmsg.ProduceRequest, results []kmsg.ProduceResponseTopicPartition) {
+	ps.noteGapCodes(req, func(i int) int16 { return results[i].ErrorCode })
+}
+
+// noteRefused records a gap, at dispatch, for each batch the agent itself
+// answers NOT_LEADER_OR_FOLLOWER without forwarding (codes in the request's
+// flattened order): a topic MIGRATING in retriable mode, a hold that ran
+// out, no producer id from the destination. Waiting for the response side
+// would let the connection's next request, dispatched meanwhile, reach a
+// cluster ahead of the refused batch: at the instant of COMPLETE, a later
+// batch would open the destination's sequence stream and the refused one,
+// resent, would come before its start.
+func (ps *pins) noteRefused(req *kmsg.ProduceRequest, codes []int16) {
+	ps.noteGapCodes(req, func(i int) int16 { return codes[i] })
+}
+
+func (ps *pins) noteGapCodes(req *kmsg.ProduceRequest, code func(i int) int16) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	i := 0
 	for _, t := range req.Topics {
 		for _, p := range t.Partitions {
-			if results[i].ErrorCode == kerr.NotLeaderForPartition.Code {
+			if code(i) == kerr.NotLeaderForPartition.Code {
 				if b, ok := batchSeq(p.Records); ok {
 					k := tp{t.Topic, p.Partition}
 					if g, had := ps.gaps[k]; !had || g.pid != b.pid || g.epoch != b.epoch || b.seq < g.seq {

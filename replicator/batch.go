@@ -10,6 +10,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/baton-kafka/baton/internal/recordbatch"
 )
 
 // Record batch v2 layout (KAFKA-FACTS.md): the CRC-32C at bytes 17..21
@@ -105,10 +107,7 @@ func rewriteBatch(raw []byte, producerID int64, epoch int16, baseSeq int32) []by
 	binary.BigEndian.PutUint64(b[0:8], 0)
 	attrs := binary.BigEndian.Uint16(b[offAttributes:]) &^ attrTransactional
 	binary.BigEndian.PutUint16(b[offAttributes:], attrs)
-	binary.BigEndian.PutUint64(b[offProducerID:], uint64(producerID))
-	binary.BigEndian.PutUint16(b[offEpoch:], uint16(epoch))
-	binary.BigEndian.PutUint32(b[offBaseSeq:], uint32(baseSeq))
-	binary.BigEndian.PutUint32(b[offCRC:], crc32.Checksum(b[offAttributes:], castagnoli))
+	recordbatch.SetProducer(b, recordbatch.Producer{ID: producerID, Epoch: epoch, BaseSeq: baseSeq})
 	return b
 }
 

@@ -231,9 +231,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	say("every acked record is in the destination: the %d written before the cutover at the", s)
 	say("same offsets as on the source (verify parity), then the %d written after it.", d-s)
-	say("The producer never restarted and saw no error.")
-	say("\nNot shown: the producer here is not idempotent: the agent does not yet map producer")
-	say("ids between clusters (docs/agent.md, Limits).")
+	say("The producer (idempotent) never restarted and saw no error: after the cutover the")
+	say("agent wrote its batches under a producer id of the destination's, sequences from 0.")
 	cancel()
 	<-cpDone
 	return <-agentDone
@@ -298,11 +297,20 @@ func createTopic(ctx context.Context, bootstrap, topic string, partitions int32)
 	return nil
 }
 
-// produce writes through the agent until p.stop. Idempotence is off: the
-// agent does not yet map producer ids between clusters (see docs/agent.md).
+// produce writes through the agent until p.stop, with franz-go's default
+// idempotent producer: the agent maps its source producer id to one of the
+// destination's at the cutover (docs/agent.md).
 func produce(ctx context.Context, bootstrap string, cfg Config, p *producerStats) error {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(bootstrap), kgo.DefaultProduceTopic(cfg.Topic),
-		kgo.DisableIdempotentWrite(), kgo.RequiredAcks(kgo.AllISRAcks()))
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		// franz-go takes a sequence error quietly (it bumps its epoch
+		// and carries on); count it as the failure it would be for
+		// librdkafka.
+		kgo.ProducerOnDataLossDetected(func(topic string, partition int32) {
+			if p.failed.Add(1) == 1 {
+				p.firstErr.Store(fmt.Sprintf("data loss detected on %s/%d (a sequence error)", topic, partition))
+			}
+		}))
 	if err != nil {
 		return err
 	}
