@@ -25,8 +25,8 @@ func newAgentCmd() *cobra.Command {
 		listen, advertise, admin, source, destination, routesFile, logLevel string
 		controlPlane, nodeID, namespace, workload                           string
 		maxFrame                                                            int32
-		forwardDeadline                                                     time.Duration
-		upstreamConns                                                       int
+		forwardDeadline, producerIDIdle                                     time.Duration
+		upstreamConns, producerIDs                                          int
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -76,6 +76,7 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 				agent.Routes(agent.NewRouteTable(routes)),
 				agent.MaxFrameBytes(maxFrame), agent.ForwardDeadline(forwardDeadline),
 				agent.UpstreamConns(upstreamConns),
+				agent.ProducerIDs(producerIDs), agent.ProducerIDIdle(producerIDIdle),
 				agent.Filters([]filter.Factory{mf}...),
 				agent.Logger(log), agent.Registry(reg),
 			}, cpOpts...)...)
@@ -98,6 +99,8 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 	f.Int32Var(&maxFrame, "max-frame-bytes", agent.DefaultMaxFrameBytes, "largest request frame accepted; larger closes the connection")
 	f.DurationVar(&forwardDeadline, "forward-deadline", agent.DefaultForwardDeadline, "a produce unanswered upstream this long is answered with a retriable error")
 	f.IntVar(&upstreamConns, "upstream-conns", agent.DefaultUpstreamConns, "connections per upstream broker")
+	f.IntVar(&producerIDs, "producer-ids", agent.DefaultProducerIDs, "idempotent producer sessions mapped to destination producer ids at once")
+	f.DurationVar(&producerIDIdle, "producer-id-idle", agent.DefaultProducerIDIdle, "how long a producer id mapping outlives its producer's last batch to the destination")
 	f.StringVar(&controlPlane, "control-plane", "", "control plane gRPC address: routes over xDS and a lease (instead of --routes)")
 	f.StringVar(&nodeID, "node-id", "", "this agent's node id at the control plane (default: the hostname)")
 	f.StringVar(&namespace, "namespace", "", "node metadata: the workload's namespace, for staged rollout")
