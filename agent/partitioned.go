@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -292,6 +294,7 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 			results[i].ErrorCode = codes[i]
 		}
 		var throttle int32
+		hinted := false // a KIP-951 hint names the agent: send its endpoint
 		srcAnswered := true
 		defer func() { r.a.inflight.done(srcTopics, srcAnswered, start, r.a.cfg.forwardDeadline) }()
 		r.collect(ctx, ss, 0, req.Version, start, func() kmsg.Response { return kmsg.NewPtrProduceResponse() },
@@ -325,16 +328,22 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 					out := &results[i]
 					out.ErrorCode, out.BaseOffset, out.LogAppendTime, out.LogStartOffset = p.ErrorCode, p.BaseOffset, p.LogAppendTime, p.LogStartOffset
 					out.ErrorRecords, out.ErrorMessage = p.ErrorRecords, p.ErrorMessage
-					// CurrentLeader stays unset: a KIP-951 hint naming a
-					// real broker breaks clients that only know the agent.
 					if leaderGone(p.ErrorCode) {
-						s.up.forgetLeader(parts[i].topic)
+						if r.relayLeaderHint(s.up, pr, p, parts[i], out) {
+							hinted = true
+						} else {
+							s.up.forgetLeader(parts[i].topic)
+						}
 					}
 				}
 			})
 		r.pins.noteGaps(req, results) // before the deferred release
 		resp := req.ResponseKind().(*kmsg.ProduceResponse)
 		resp.ThrottleMillis = throttle
+		if hinted {
+			self := r.a.selfBroker()
+			resp.Brokers = []kmsg.ProduceResponseBroker{{NodeID: self.NodeID, Host: self.Host, Port: self.Port}}
+		}
 		i := 0
 		for _, t := range req.Topics {
 			rt := kmsg.NewProduceResponseTopic()
@@ -347,6 +356,34 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 		r.a.countProduce(resp)
 		return nil
 	})
+}
+
+// relayLeaderHint turns a broker's KIP-951 hint (NOT_LEADER_OR_FOLLOWER
+// naming the new leader and its epoch) into one the client can follow: the
+// agent stays the leader, at a synthetic epoch bumped for the new upstream
+// leader, and the agent routes the partition to that leader from now on.
+// Without a hint franz-go waits for its metadata minimum age (5 s) before
+// it retries; with one it retries at once (Java and librdkafka follow hints
+// too). A hint naming a real broker would send the client around the agent,
+// so none is relayed when the upstream gave none: the client then refreshes
+// metadata as it would directly. It reports whether out got a hint.
+func (r *router) relayLeaderHint(up *upstream, pr *kmsg.ProduceResponse, p *kmsg.ProduceResponseTopicPartition, part tp, out *kmsg.ProduceResponseTopicPartition) bool {
+	h := p.CurrentLeader
+	if p.ErrorCode != kerr.NotLeaderForPartition.Code || h.LeaderID < 0 || h.LeaderEpoch < 0 {
+		return false
+	}
+	addr := ""
+	for _, b := range pr.Brokers {
+		if b.NodeID == h.LeaderID {
+			addr = net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port)))
+		}
+	}
+	if !up.moveLeader(part.topic, part.partition, h.LeaderID, addr) {
+		return false
+	}
+	out.CurrentLeader.LeaderID = r.a.nodeID
+	out.CurrentLeader.LeaderEpoch = r.a.epochs.get(up, part.topic, part.partition, h.LeaderID, h.LeaderEpoch)
+	return true
 }
 
 func contains(idx []int, i int) bool {

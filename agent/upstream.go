@@ -499,6 +499,26 @@ func (u *upstream) cachedLeader(topic string, partition int32) (string, bool) {
 	return addr, ok
 }
 
+// moveLeader records a KIP-951 hint: a broker that is no longer the leader
+// of topic/partition named the new one, leader (at addr, or at an address
+// the cache knows). It reports whether the hint was usable; if not, the
+// caller forgets the topic's leaders and the next request asks the cluster.
+func (u *upstream) moveLeader(topic string, partition, leader int32, addr string) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	ls := u.leaders[topic]
+	if leader < 0 || partition < 0 || int(partition) >= len(ls) {
+		return false
+	}
+	if addr != "" {
+		u.brokers[leader] = addr
+	} else if _, ok := u.brokers[leader]; !ok {
+		return false
+	}
+	ls[partition] = leader
+	return true
+}
+
 // forgetLeader drops a cached leader after the broker said it is not.
 func (u *upstream) forgetLeader(topic string) {
 	u.mu.Lock()
