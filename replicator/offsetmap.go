@@ -58,6 +58,13 @@ func (m OffsetMap) ToDestination(p int32, src int64) int64 {
 	segs := m[p]
 	i := sort.Search(len(segs), func(i int) bool { return segs[i].Src > src }) - 1
 	if i < 0 {
+		// Before the first segment D holds S at the same offsets (delta 0,
+		// as delta says) up to that segment's destination offset; a
+		// source offset from there to the segment's source offset was
+		// not copied (a log start above it, a marker).
+		if len(segs) > 0 && src >= segs[0].Dst {
+			return segs[0].Dst
+		}
 		return src
 	}
 	d := segs[i].Dst + (src - segs[i].Src)
