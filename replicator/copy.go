@@ -523,6 +523,18 @@ func (r *Replicator) noteRetry(p *partState, err error) {
 	if p.err == nil {
 		r.log.Warn("copy step retrying", "topic", p.topic, "partition", p.p, "err", err)
 	}
+	r.setPartitionErrLocked(p, err)
+}
+
+// setPartitionErrLocked sets p's error and keeps the partition error gauge
+// on exactly its kind (none for nil). r.mu is held.
+func (r *Replicator) setPartitionErrLocked(p *partState, err error) {
+	if p.err != nil && (err == nil || errKind(p.err) != errKind(err)) {
+		r.metrics.partitionError.DeleteLabelValues(p.topic, itoa(p.p), errKind(p.err))
+	}
+	if err != nil {
+		r.metrics.partitionError.WithLabelValues(p.topic, itoa(p.p), errKind(err)).Set(1)
+	}
 	p.err = err
 }
 

@@ -520,20 +520,14 @@ func (r *Replicator) worker(ctx context.Context) {
 				r.log.Log(ctx, lvl, "copy step failed", "topic", p.topic, "partition", p.p, "kind", kind, "err", err,
 					"source_next", p.next, "retry_in", backoff)
 			}
-			if p.err != nil {
-				if old := errKind(p.err); old != kind {
-					r.metrics.partitionError.DeleteLabelValues(p.topic, itoa(p.p), old)
-				}
-			}
-			p.err = err
+			r.setPartitionErrLocked(p, err)
 			r.metrics.errors.WithLabelValues(p.topic, kind).Inc()
-			r.metrics.partitionError.WithLabelValues(p.topic, itoa(p.p), kind).Set(1)
 		} else if err == nil {
 			if p.err != nil {
-				r.metrics.partitionError.DeleteLabelValues(p.topic, itoa(p.p), errKind(p.err))
 				r.log.Info("copy resumed", "topic", p.topic, "partition", p.p, "after_failures", p.failures)
 			}
-			p.failures, p.err = 0, nil
+			r.setPartitionErrLocked(p, nil)
+			p.failures = 0
 		}
 		r.notifyLocked()
 		r.mu.Unlock()
