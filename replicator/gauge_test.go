@@ -17,11 +17,11 @@ import (
 	"github.com/baton-kafka/baton/test/embedded"
 )
 
-// TestPartitionErrorGaugeFollowsTheError: a step fails (fetch: NOT_LEADER_FOR_PARTITION, gauge set for that kind);
-// the next step's produce is retried once (noteRetry replaces p.err with a
-// NOT_ENOUGH_REPLICAS error) and succeeds. The worker then deletes the
-// gauge of p.err's kind (NOT_ENOUGH_REPLICAS), leaving NOT_LEADER at 1 on a
-// healthy partition.
+// TestPartitionErrorGaugeFollowsTheError: a step fails (fetch:
+// NOT_LEADER_FOR_PARTITION, gauge set for that kind); the next step's
+// produce is retried once (noteRetry replaces the error with
+// NOT_ENOUGH_REPLICAS) and succeeds. No kind may stay at 1 on the healthy
+// partition (the gauge once kept NOT_LEADER there).
 func TestPartitionErrorGaugeFollowsTheError(t *testing.T) {
 	s, err := embedded.Start(embedded.Brokers(1))
 	if err != nil {
