@@ -52,8 +52,10 @@ const (
 // maps to destination producer ids at once, overriding 10000. When full, a
 // new producer evicts mappings idle past ProducerIDIdle first, then the
 // least recently used one. An evicted producer that writes again gets a
-// fresh destination producer id; only a retry of a batch sent under the old
-// one (an uncertain write) may then be written twice.
+// fresh destination producer id, its stream starting at the batch it sends
+// then; a retry of a batch sent before (an uncertain write) is refused with
+// OUT_OF_ORDER_SEQUENCE_NUMBER, which librdkafka treats as fatal: size the
+// bound above the producers one agent serves.
 func ProducerIDs(n int) Opt { return optFunc(func(c *config) { c.producerIDs = n }) }
 
 // ProducerIDIdle sets how long a producer id mapping is kept after its
@@ -99,8 +101,18 @@ func newPIDMap(max int, idle time.Duration, alloc func(context.Context) (int64, 
 	return &pidMap{max: max, idle: idle, alloc: alloc, now: time.Now, m: map[pidKey]*pidEntry{}}
 }
 
-// errPIDAlloc wraps a failure to get a producer id from the destination.
-var errPIDAlloc = errors.New("no producer id from the destination")
+var (
+	// errPIDAlloc wraps a failure to get a producer id from the
+	// destination.
+	errPIDAlloc = errors.New("no producer id from the destination")
+	// errBeforeStream: a batch whose sequence comes before the first one
+	// sent to the destination for its partition under the current
+	// mapping (a retry from before an eviction). No destination sequence
+	// can hold it; it is refused with OUT_OF_ORDER_SEQUENCE_NUMBER, as
+	// the destination would refuse it, instead of being sent there with
+	// a sequence wrapped to about 2^31.
+	errBeforeStream = errors.New("batch precedes the destination stream of its producer and partition")
+)
 
 // destination returns the producer fields a batch of src for partition p
 // carries on the destination, allocating a destination producer id the
@@ -144,7 +156,13 @@ func (m *pidMap) destination(ctx context.Context, src recordbatch.Producer, p tp
 		base = src.BaseSeq
 		e.bases[p] = base
 	}
-	return recordbatch.Producer{ID: e.dst.id, Epoch: e.dst.epoch, BaseSeq: recordbatch.SeqDistance(base, src.BaseSeq)}, nil
+	d := recordbatch.SeqDistance(base, src.BaseSeq)
+	if d > math.MaxInt32/2 {
+		// Further ahead than any client runs (5 batches in flight), so
+		// it is behind: the sequence wrapped below the base.
+		return recordbatch.Producer{}, fmt.Errorf("%w: sequence %d, stream starts at %d", errBeforeStream, src.BaseSeq, base)
+	}
+	return recordbatch.Producer{ID: e.dst.id, Epoch: e.dst.epoch, BaseSeq: d}, nil
 }
 
 // makeRoom drops idle mappings (at most every idle/4, or when full), then
@@ -258,6 +276,17 @@ func (r *router) mapProducers(ctx context.Context, req *kmsg.ProduceRequest, sha
 				continue // the broker refuses it as the client wrote it
 			}
 			dst, err := r.a.pids.destination(actx, src, tp{t.Topic, p.Partition})
+			if errors.Is(err, errBeforeStream) {
+				r.a.log.Warn("produce to the destination refused: the batch comes before its producer's stream there (a retry from before the mapping was evicted)",
+					"topic", t.Topic, "partition", p.Partition, "producer_id", src.ID, "err", err)
+				if drop == nil {
+					drop = map[int]bool{}
+				}
+				drop[i] = true
+				codes[i] = kerr.OutOfOrderSequenceNumber.Code
+				i++
+				continue
+			}
 			if err != nil {
 				if drop == nil { // one line per request, not per partition
 					r.a.log.Warn("produce to the destination answered retriable: no producer id mapping",

@@ -27,7 +27,7 @@ import (
 // So while a client connection has produce requests outstanding for a
 // partition, its next ones for that partition go where those went, and
 // the old leader turns them away as it would have directly. And once the
-// connection was answered NOT_LEADER_OR_FOLLOWER for an idempotent batch,
+// connection was answered a retriable error for an idempotent batch,
 // later batches of that producer session for the partition that the client
 // sent before it read the answer (a higher base sequence, before the failed
 // one is resent) are answered NOT_LEADER_OR_FOLLOWER too, without
@@ -51,7 +51,8 @@ type pins struct {
 }
 
 // gap is the first batch of a producer session the connection was told
-// failed with NOT_LEADER_OR_FOLLOWER and has not resent yet.
+// failed with a retriable error (NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS,
+// a timeout...) and has not resent yet.
 type gap struct {
 	pid   int64
 	epoch int16
@@ -107,8 +108,12 @@ func (ps *pins) dropAfterGap(req *kmsg.ProduceRequest, shards []*shard, codes []
 	return withoutParts(shards, drop)
 }
 
-// noteGaps records a gap for each idempotent batch answered
-// NOT_LEADER_OR_FOLLOWER (results in the request's flattened order).
+// noteGaps records a gap for each idempotent batch answered with a
+// retriable error (results in the request's flattened order): not only
+// NOT_LEADER_OR_FOLLOWER. A batch the source refused with, say,
+// NOT_ENOUGH_REPLICAS while a later one is held through MIGRATING would
+// otherwise let the later one open the destination's stream and be acked
+// ahead of it.
 func (ps *pins) noteGaps(req *kmsg.ProduceRequest, results []kmsg.ProduceResponseTopicPartition) {
 	ps.noteGapCodes(req, func(i int) int16 { return results[i].ErrorCode })
 }
@@ -131,7 +136,7 @@ func (ps *pins) noteGapCodes(req *kmsg.ProduceRequest, code func(i int) int16) {
 	i := 0
 	for _, t := range req.Topics {
 		for _, p := range t.Partitions {
-			if code(i) == kerr.NotLeaderForPartition.Code {
+			if c := code(i); c != 0 && kerr.IsRetriable(kerr.ErrorForCode(c)) {
 				if b, ok := batchSeq(p.Records); ok {
 					k := tp{t.Topic, p.Partition}
 					if g, had := ps.gaps[k]; !had || g.pid != b.pid || g.epoch != b.epoch || b.seq < g.seq {
