@@ -2,12 +2,15 @@ package replicator
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -36,8 +39,25 @@ func (r *Replicator) setupTopic(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("destination metadata for %s: %w", name, err)
 	}
-	switch dt := dd[name]; {
-	case errors.Is(dt.Err, kerr.UnknownTopicOrPartition) || (dt.Err == nil && len(dt.Partitions) == 0):
+	dt := dd[name]
+	dMissing := errors.Is(dt.Err, kerr.UnknownTopicOrPartition) || (dt.Err == nil && len(dt.Partitions) == 0)
+	sid, err := r.sourceTopicID(ctx, name)
+	if err != nil {
+		return err
+	}
+	record, err := r.checkSourceID(name, sid, dMissing)
+	if err != nil {
+		return err
+	}
+	if record && !dMissing {
+		// A D.T copied before ids were recorded: from now on it is tied
+		// to this S topic.
+		if err := r.recordSourceID(ctx, name, sid, false); err != nil {
+			return err
+		}
+	}
+	switch {
+	case dMissing:
 		cfgs := map[string]*string{}
 		rcs, err := r.srcAdm.DescribeTopicConfigs(ctx, name)
 		if err != nil {
@@ -54,10 +74,21 @@ func (r *Replicator) setupTopic(ctx context.Context, name string) error {
 		if err == nil {
 			err = resp.Err
 		}
-		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		switch {
+		case errors.Is(err, kerr.TopicAlreadyExists):
+			// D's metadata lagged: D.T exists after all. Set up again,
+			// checking the source id against it.
+			return fmt.Errorf("creating %s on the destination: %w (set up again)", name, err)
+		case err != nil:
 			return fmt.Errorf("creating %s on the destination: %w", name, err)
 		}
 		r.log.Info("created topic on the destination", "topic", name, "partitions", n, "configs", len(cfgs))
+		if record {
+			// D.T is new: what the map said of an older D.T goes.
+			if err := r.recordSourceID(ctx, name, sid, true); err != nil {
+				return err
+			}
+		}
 	case dt.Err != nil:
 		return fmt.Errorf("destination metadata for %s: %w", name, dt.Err)
 	case len(dt.Partitions) < n:
@@ -84,6 +115,99 @@ func (r *Replicator) setupTopic(ctx context.Context, name string) error {
 		}
 	}
 	t.ready = true
+	return nil
+}
+
+// sourceTopicID asks a source broker for topic's id directly: the client's
+// own metadata (what kadm answers from) may be up to MetadataMinAge old and
+// still show the id of a topic just deleted and created again.
+func (r *Replicator) sourceTopicID(ctx context.Context, name string) (kadm.TopicID, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(name)
+	req.Topics = append(req.Topics, rt)
+	var resp *kmsg.MetadataResponse
+	var err error
+	if bs := r.src.DiscoveredBrokers(); len(bs) > 0 {
+		resp, err = req.RequestWith(ctx, bs[rand.IntN(len(bs))])
+	} else {
+		resp, err = req.RequestWith(ctx, r.src)
+	}
+	if err != nil {
+		return kadm.TopicID{}, fmt.Errorf("source topic id of %s: %w", name, err)
+	}
+	for _, t := range resp.Topics {
+		if t.Topic != nil && *t.Topic == name {
+			if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
+				if errors.Is(err, kerr.UnknownTopicOrPartition) {
+					return kadm.TopicID{}, fmt.Errorf("%w: %s", ErrSourceTopicMissing, name)
+				}
+				return kadm.TopicID{}, fmt.Errorf("source topic id of %s: %w", name, err)
+			}
+			return kadm.TopicID(t.TopicID), nil
+		}
+	}
+	return kadm.TopicID{}, fmt.Errorf("%w: %s", ErrSourceTopicMissing, name)
+}
+
+// checkSourceID makes sure D.T was copied from the S topic that now has the
+// name: a topic deleted and re-created on S has a new id, and copying it
+// onto D.T would splice two topics at the same offsets. record says the id
+// must be recorded on D: before copying into a D.T copied before ids were
+// recorded, or once a missing D.T was created (not before: D's metadata may
+// lag, and a D.T that exists after all must still be checked).
+func (r *Replicator) checkSourceID(name string, id kadm.TopicID, dMissing bool) (record bool, err error) {
+	if id == (kadm.TopicID{}) {
+		return false, nil // a cluster without topic ids: nothing to compare
+	}
+	r.mu.Lock()
+	rec, known := r.sourceIDs[name]
+	r.mu.Unlock()
+	switch {
+	case known && rec == id:
+		return false, nil
+	case known && !dMissing:
+		return false, fmt.Errorf("%w: %s has topic id %x on the source, the destination's copy was made from %x; "+
+			"the destination topic is left alone: delete it there to copy the new topic", ErrSourceTopicRecreated, name, id[:], rec[:])
+	}
+	return true, nil
+}
+
+// recordSourceID records on D that D.T is copied from S topic id, before
+// anything is copied into it. For a D.T just created, offset map segments
+// and a handoff left from an older D.T are withdrawn first.
+func (r *Replicator) recordSourceID(ctx context.Context, name string, id kadm.TopicID, fresh bool) error {
+	var recs []*kgo.Record
+	if fresh {
+		r.mu.Lock()
+		for _, segs := range r.maps[name] {
+			for _, sg := range segs {
+				recs = append(recs, &kgo.Record{Topic: r.cfg.mapTopic, Partition: 0, Key: sg.key()})
+			}
+		}
+		if _, ok := r.handoffs[name]; ok {
+			recs = append(recs, &kgo.Record{Topic: r.cfg.mapTopic, Partition: 0, Key: handoffKey(name)})
+		}
+		r.mu.Unlock()
+	}
+	v, _ := json.Marshal(sourceID{Topic: name, ID: hex.EncodeToString(id[:])})
+	recs = append(recs, &kgo.Record{Topic: r.cfg.mapTopic, Partition: 0, Key: sourceIDKey(name), Value: v})
+	if err := r.writeMap(ctx, recs); err != nil {
+		return fmt.Errorf("recording the source topic id of %s on the destination: %w", name, err)
+	}
+	r.mu.Lock()
+	if fresh {
+		delete(r.maps, name)
+		delete(r.handoffs, name)
+	}
+	if r.sourceIDs == nil {
+		r.sourceIDs = map[string][16]byte{}
+	}
+	r.sourceIDs[name] = id
+	r.mu.Unlock()
+	if fresh && len(recs) > 1 {
+		r.log.Info("withdrew the offset map of an earlier destination topic", "topic", name, "records", len(recs)-1)
+	}
 	return nil
 }
 
@@ -574,6 +698,8 @@ func errKind(err error) string {
 	switch {
 	case errors.Is(err, ErrSourceTopicMissing):
 		return "source_topic_missing"
+	case errors.Is(err, ErrSourceTopicRecreated):
+		return "source_topic_recreated"
 	case errors.Is(err, ErrDestinationDiverged):
 		return "destination_diverged"
 	case errors.Is(err, ErrUnsupported):

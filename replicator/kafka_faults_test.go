@@ -2,6 +2,7 @@ package replicator_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -139,4 +140,90 @@ func TestBrokersGoAwayRealKafka(t *testing.T) {
 	}
 	requireParity(t, src, dst, topic, replicator.ParityExact, int(produced.Load()))
 	t.Logf("verified at %v", time.Since(began).Round(time.Millisecond))
+}
+
+// TestSourceTopicRecreatedRealKafka: a topic deleted on S and created again
+// under its name is a different topic (a new id; kfake keeps the id of a
+// name, so this needs Apache Kafka). It is not copied onto D's copy
+// of the old one (that would splice two topics at the same offsets): the
+// status says ErrSourceTopicRecreated and D is left as it was. Once the
+// operator deletes D's copy, the new topic is copied with exact parity.
+func TestSourceTopicRecreatedRealKafka(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("starts two Apache Kafka clusters")
+	}
+	s := kafka.StartT(t, kafka.Brokers(1))
+	d := kafka.StartT(t, kafka.Brokers(1))
+	src, dst := s.Addrs(), d.Addrs()
+	const topic = "recreated-on-source"
+	ctx := context.Background()
+	sadm, dadm := admin(t, src), admin(t, dst)
+	if _, err := sadm.CreateTopic(ctx, 2, 1, nil, topic); err != nil {
+		t.Fatal(err)
+	}
+	produce := func(value string, n int) {
+		t.Helper()
+		cl, err := kgo.NewClient(kgo.SeedBrokers(src...), kgo.DefaultProduceTopic(topic))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		for range n {
+			if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte(value)}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	produce("old", 10)
+	rn := run(t, src, dst, replicator.Topics(topic), replicator.MaxBackoff(200*time.Millisecond))
+	defer rn.stop(t)
+	waitCaughtUp(t, rn, src, topic)
+	status := func() error {
+		for _, ts := range rn.r.Status() {
+			if ts.Topic == topic {
+				return ts.Err
+			}
+		}
+		return nil
+	}
+	waitErr := func(want error) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for !errors.Is(status(), want) {
+			if time.Now().After(deadline) {
+				t.Fatalf("topic status %v, want %v", status(), want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
+	if _, err := sadm.DeleteTopic(ctx, topic); err != nil {
+		t.Fatal(err)
+	}
+	waitErr(replicator.ErrSourceTopicMissing)
+	if _, err := sadm.CreateTopic(ctx, 2, 1, nil, topic); err != nil {
+		t.Fatal(err)
+	}
+	produce("new", 25)
+	waitErr(replicator.ErrSourceTopicRecreated)
+	t.Logf("reported: %v", status())
+	if got := sumOffsets(endOffsets(t, dadm, topic)); got != 10 {
+		t.Fatalf("D holds %d records after the re-creation, want the old 10 untouched", got)
+	}
+
+	// The operator deletes D's copy: the new topic is copied from its start.
+	if _, err := dadm.DeleteTopic(ctx, topic); err != nil {
+		t.Fatal(err)
+	}
+	waitCaughtUp(t, rn, src, topic)
+	requireParity(t, src, dst, topic, replicator.ParityExact, 25)
+}
+
+func sumOffsets(m map[int32]int64) int64 {
+	var n int64
+	for _, o := range m {
+		n += o
+	}
+	return n
 }

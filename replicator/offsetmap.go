@@ -2,6 +2,7 @@ package replicator
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -173,44 +174,78 @@ func handoffKey(topic string) []byte { return []byte(handoffKeyPrefix + topic) }
 // cluster at seeds, by topic. A missing map topic is an empty map.
 // opts add client options (TLS, SASL).
 func LoadOffsetMaps(ctx context.Context, seeds []string, mapTopic string, opts ...kgo.Opt) (map[string]OffsetMap, error) {
-	maps, _, err := loadMapTopic(ctx, seeds, mapTopic, opts...)
-	return maps, err
+	mt, err := loadMapTopic(ctx, seeds, mapTopic, opts...)
+	return mt.maps, err
 }
 
-// loadMapTopic reads the offset map topic: segments by topic, and handoffs.
-func loadMapTopic(ctx context.Context, seeds []string, mapTopic string, opts ...kgo.Opt) (map[string]OffsetMap, map[string]Handoff, error) {
+// sourceIDKeyPrefix keys the record naming the S topic id a D topic is
+// copied from: "source:<topic>".
+const sourceIDKeyPrefix = "source:"
+
+func sourceIDKey(topic string) []byte { return []byte(sourceIDKeyPrefix + topic) }
+
+// sourceID is the value of a source id record.
+type sourceID struct {
+	Topic string `json:"topic"`
+	ID    string `json:"id"` // hex
+}
+
+// mapTopicT is what the offset map topic holds.
+type mapTopicT struct {
+	maps      map[string]OffsetMap
+	handoffs  map[string]Handoff
+	sourceIDs map[string][16]byte
+}
+
+// loadMapTopic reads the offset map topic: segments by topic, handoffs and
+// source topic ids.
+func loadMapTopic(ctx context.Context, seeds []string, mapTopic string, opts ...kgo.Opt) (mapTopicT, error) {
 	rd, err := kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(seeds...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{mapTopic: {0: kgo.NewOffset().AtStart()}}),
 	}, opts...)...)
 	if err != nil {
-		return nil, nil, err
+		return mapTopicT{}, err
 	}
 	defer rd.Close()
 	ends, err := kadm.NewClient(rd).ListEndOffsets(ctx, mapTopic)
 	if err != nil {
-		return nil, nil, fmt.Errorf("offset map %s: %w", mapTopic, err)
+		return mapTopicT{}, fmt.Errorf("offset map %s: %w", mapTopic, err)
 	}
 	out := map[string]OffsetMap{}
 	handoffs := map[string]Handoff{}
+	ids := map[string][16]byte{}
+	result := func() mapTopicT { return mapTopicT{maps: out, handoffs: handoffs, sourceIDs: ids} }
 	end, ok := ends.Lookup(mapTopic, 0)
 	if !ok || end.Err != nil || end.Offset == 0 {
-		return out, handoffs, nil // missing topic or empty
+		return result(), nil // missing topic or empty
 	}
 	for {
 		fs := rd.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return nil, nil, err
+			return mapTopicT{}, err
 		}
 		var ferr error
 		done := false
 		fs.EachError(func(_ string, _ int32, err error) { ferr = err })
 		if ferr != nil {
-			return nil, nil, fmt.Errorf("reading offset map %s: %w", mapTopic, ferr)
+			return mapTopicT{}, fmt.Errorf("reading offset map %s: %w", mapTopic, ferr)
 		}
 		fs.EachRecord(func(r *kgo.Record) {
 			var s Segment
 			switch {
+			case strings.HasPrefix(string(r.Key), sourceIDKeyPrefix):
+				topic := strings.TrimPrefix(string(r.Key), sourceIDKeyPrefix)
+				var v sourceID
+				var id [16]byte
+				if r.Value == nil {
+					delete(ids, topic)
+				} else if json.Unmarshal(r.Value, &v) == nil && v.Topic == topic {
+					if b, err := hex.DecodeString(v.ID); err == nil && len(b) == 16 {
+						copy(id[:], b)
+						ids[topic] = id
+					}
+				}
 			case strings.HasPrefix(string(r.Key), handoffKeyPrefix):
 				topic := strings.TrimPrefix(string(r.Key), handoffKeyPrefix)
 				var h Handoff
@@ -238,7 +273,7 @@ func loadMapTopic(ctx context.Context, seeds []string, mapTopic string, opts ...
 			}
 		})
 		if done {
-			return out, handoffs, nil
+			return result(), nil
 		}
 	}
 }

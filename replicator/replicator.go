@@ -47,6 +47,11 @@ var (
 	// partition and source offset. The partition stops advancing and is
 	// retried with backoff until D accepts the batch; nothing is skipped.
 	ErrDestinationRejected = errors.New("replicator: destination rejected the write")
+	// ErrSourceTopicRecreated is reported for a topic that S deleted and
+	// created again after D.T was copied from the old one (a different
+	// topic id): copying it onto D.T would splice two topics at the same
+	// offsets. D.T is left alone; delete it to copy the new topic.
+	ErrSourceTopicRecreated = errors.New("replicator: topic re-created on source")
 	// ErrSourceDataLost is reported when S deleted records (retention)
 	// before they were copied: the offset map records the gap.
 	ErrSourceDataLost = errors.New("replicator: source records deleted before they were copied")
@@ -149,10 +154,13 @@ type Replicator struct {
 	// handoffs are topics whose copy stopped (Stop), by topic: their
 	// groups are still synced, through these offsets. Loaded by Run.
 	handoffs map[string]map[int32]partProgress
-	changed  chan struct{} // closed and replaced on every state change
-	running  bool
-	pid      producerID // the run's shared producer id, zero before InitProducerId
-	order    string     // last schedule, for the debug log
+	// sourceIDs are the S topic ids D's topics were copied from, by topic
+	// (kept on D, loaded by Run).
+	sourceIDs map[string][16]byte
+	changed   chan struct{} // closed and replaced on every state change
+	running   bool
+	pid       producerID // the run's shared producer id, zero before InitProducerId
+	order     string     // last schedule, for the debug log
 
 	configMu       sync.Mutex                   // guards lastSrcConfigs (SyncConfigs)
 	lastSrcConfigs map[string]map[string]string // S's mirrored dynamic configs at the last pass, by topic
@@ -331,14 +339,22 @@ func (r *Replicator) Run(ctx context.Context) error {
 func (r *Replicator) loadMaps(ctx context.Context) error {
 	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, r.cfg.maxBackoff) {
 		err := ensureMapTopic(ctx, r.dstAdm, r.cfg.mapTopic)
-		var maps map[string]OffsetMap
-		var handoffs map[string]Handoff
+		var loaded mapTopicT
 		if err == nil {
-			maps, handoffs, err = loadMapTopic(ctx, r.cfg.destination, r.cfg.mapTopic, r.cfg.dstOpts...)
+			loaded, err = loadMapTopic(ctx, r.cfg.destination, r.cfg.mapTopic, r.cfg.dstOpts...)
 		}
 		if err == nil {
+			maps, handoffs := loaded.maps, loaded.handoffs
 			r.mu.Lock()
 			r.maps = maps
+			if r.sourceIDs == nil {
+				r.sourceIDs = map[string][16]byte{}
+			}
+			for topic, id := range loaded.sourceIDs {
+				if _, ok := r.sourceIDs[topic]; !ok {
+					r.sourceIDs[topic] = id
+				}
+			}
 			if r.handoffs == nil {
 				r.handoffs = map[string]map[int32]partProgress{}
 			}
@@ -583,13 +599,54 @@ func (r *Replicator) pick() (*partState, <-chan struct{}) {
 func (r *Replicator) sampler(ctx context.Context) {
 	tick := time.NewTicker(r.cfg.sampleInterval)
 	defer tick.Stop()
+	lastIDCheck := time.Now()
 	for {
 		r.sampleOnce(ctx)
+		if time.Since(lastIDCheck) >= identityCheckInterval {
+			lastIDCheck = time.Now()
+			r.checkIdentities(ctx)
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
+	}
+}
+
+// identityCheckInterval is how often copied topics' source ids are
+// compared with the ids D's copies were made from.
+const identityCheckInterval = 5 * time.Second
+
+// checkIdentities stops copying a topic that S deleted and created again
+// between two samples (the deletion itself went unseen): its id changed,
+// and copying on would splice the new topic onto D's copy of the old one.
+// Setup then reports ErrSourceTopicRecreated.
+func (r *Replicator) checkIdentities(ctx context.Context) {
+	r.mu.Lock()
+	want := map[string][16]byte{}
+	for name, t := range r.topics {
+		if id, ok := r.sourceIDs[name]; ok && t.ready && !t.stopping {
+			want[name] = id
+		}
+	}
+	r.mu.Unlock()
+	for name, rec := range want {
+		cctx, cancel := context.WithTimeout(ctx, r.cfg.requestTimeout)
+		id, err := r.sourceTopicID(cctx, name)
+		cancel()
+		if err != nil || id == (kadm.TopicID{}) || id == rec {
+			continue // missing topics are the sample's to notice
+		}
+		r.mu.Lock()
+		if t, ok := r.topics[name]; ok && t.ready {
+			t.ready = false
+			r.metrics.forget(t.name, t.parts)
+			t.parts = map[int32]*partState{}
+			r.log.Error("topic re-created on the source while replicating; its copy stops", "topic", name)
+			r.notifyLocked()
+		}
+		r.mu.Unlock()
 	}
 }
 
@@ -639,12 +696,21 @@ func (r *Replicator) sampleOnce(ctx context.Context) {
 			}
 			if errors.Is(o.Err, kerr.UnknownTopicOrPartition) || errors.Is(o.Err, kerr.UnknownTopicID) {
 				if t.ready {
-					// Deleted on S while replicating: stop copying and let
-					// setup report ErrSourceTopicMissing (or pick up a
-					// re-created topic). D's copy is never deleted.
+					// Deleted on S while replicating: stop copying; setup
+					// reports ErrSourceTopicMissing, or
+					// ErrSourceTopicRecreated for a topic created again
+					// under the name (a new topic id) while D.T holds
+					// the old one's copy. D's copy is never deleted. The
+					// partitions start over: a new incarnation is copied
+					// from D's end as any topic is.
 					t.ready = false
-					r.log.Error("topic deleted on the source while replicating; the destination keeps its copy",
-						"topic", o.Topic)
+					r.metrics.forget(t.name, t.parts)
+					t.parts = map[int32]*partState{}
+					if !errors.Is(t.err, ErrSourceTopicMissing) {
+						r.log.Error("topic deleted on the source while replicating; the destination keeps its copy",
+							"topic", o.Topic)
+					}
+					t.err = fmt.Errorf("%w: %s (deleted while replicating)", ErrSourceTopicMissing, t.name)
 				}
 				return
 			}
