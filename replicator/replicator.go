@@ -485,6 +485,9 @@ func (r *Replicator) Stop(ctx context.Context, topic string) ([]PartitionStatus,
 	delete(r.topics, topic)
 	h := Handoff{Topic: topic}
 	for _, p := range st.Partitions {
+		if p.Next < 0 {
+			continue // never set up: nothing known to sync groups through
+		}
 		h.Partitions = append(h.Partitions, HandoffPartition{Partition: p.Partition, Source: p.Next, Destination: p.DestinationEnd})
 	}
 	if r.handoffs == nil {
