@@ -343,8 +343,12 @@ func (r *router) metadata(ctx context.Context, x *filter.Exchange, req *kmsg.Met
 	if err := add(r.a.src, srcTopics, srcKeep); err != nil {
 		return err
 	}
-	if err := add(r.a.dst, dstTopics, func(string) bool { return true }); err != nil {
-		return err
+	// The destination only for the topics that route there: asked for
+	// none (nil), it would answer all of its topics.
+	if len(dstTopics) > 0 {
+		if err := add(r.a.dst, dstTopics, func(string) bool { return true }); err != nil {
+			return err
+		}
 	}
 	x.Resp = resp
 	return nil
