@@ -3,8 +3,8 @@ package kafka
 import (
 	"context"
 	"net"
-	"strings"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/baton-kafka/baton/test/embedded"
