@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/baton-kafka/baton/agent"
 	"github.com/baton-kafka/baton/filter"
 	"github.com/baton-kafka/baton/filter/metrics"
+	"github.com/baton-kafka/baton/internal/wait"
 )
 
 // acks=0 produce has no response: the agent must forward it and keep
@@ -33,21 +35,19 @@ func TestAcksZeroKeepsNothing(t *testing.T) {
 	if err := cl.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for endSum(t, f.src.Bootstrap(), topic) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("source holds %d of %d acks=0 records", endSum(t, f.src.Bootstrap(), topic), n)
+	wait.For(t, 30*time.Second, fmt.Sprintf("the source to hold all %d acks=0 records", n), func() string {
+		if got := endSum(t, f.src.Bootstrap(), topic); got < n {
+			return fmt.Sprintf("%d stored", got)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return ""
+	})
 	// Every produce passed the response side, with nothing written back.
-	deadline = time.Now().Add(10 * time.Second)
-	for metricValue(t, reg, "baton_agent_requests_in_flight", "Produce") != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%v produce requests still in flight in the agent", metricValue(t, reg, "baton_agent_requests_in_flight", "Produce"))
+	wait.For(t, 10*time.Second, "no produce in flight in the agent", func() string {
+		if v := metricValue(t, reg, "baton_agent_requests_in_flight", "Produce"); v != 0 {
+			return fmt.Sprintf("%v in flight", v)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return ""
+	})
 	if metricValue(t, reg, "baton_agent_requests_total", "Produce", "no_response") == 0 {
 		t.Error("no produce was counted as no_response")
 	}

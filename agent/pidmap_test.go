@@ -15,6 +15,7 @@ import (
 
 	"github.com/baton-kafka/baton/agent"
 	"github.com/baton-kafka/baton/internal/recordbatch"
+	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/test/embedded"
 )
 
@@ -147,13 +148,12 @@ func gathered(t *testing.T, reg *prometheus.Registry, name string, labels ...str
 // waitMetric polls cond; a state the test waits for, not a timing bound.
 func waitMetric(t *testing.T, reg *prometheus.Registry, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("the agent never held or refused a produce for the MIGRATING topic")
+	wait.For(t, 30*time.Second, "the agent to hold or refuse a produce for the MIGRATING topic", func() string {
+		if cond() {
+			return ""
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return "neither yet"
+	})
 }
 
 // fetchBatches reads every record batch of topic/partition from its leader.

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/replicator"
 	"github.com/baton-kafka/baton/test/embedded"
 	"github.com/baton-kafka/baton/xds"
@@ -217,16 +218,20 @@ func addAndMigrate(t *testing.T, ctx context.Context, p *plane, topic string, ag
 		t.Fatal(err)
 	}
 	waitLeases(t, ctx, p, agents...)
-	for {
+	migrateWhenGateOpens(t, ctx, p, topic)
+}
+
+// migrateWhenGateOpens starts a cutover of topic, retrying while the gate
+// refuses it (replication of a new topic is not measurable at once).
+func migrateWhenGateOpens(t *testing.T, ctx context.Context, p *plane, topic string) {
+	t.Helper()
+	eventually(t, ctx, "the gate lets "+topic+" migrate", func() bool {
 		_, err := p.cp.Migrate(ctx, topic, "test")
-		if err == nil {
-			return
-		}
-		if !errors.Is(err, ErrGateRefused) || ctx.Err() != nil {
+		if err != nil && !errors.Is(err, ErrGateRefused) {
 			t.Fatal(err)
 		}
-		time.Sleep(50 * time.Millisecond) // replication of the new topic not ready yet
-	}
+		return err == nil
+	})
 }
 
 func waitLeases(t *testing.T, ctx context.Context, p *plane, agents ...*standIn) {
@@ -289,10 +294,12 @@ func kinds(t *testing.T, ctx context.Context, p *plane, topic string) []string {
 // the state may look a moment before the event lands.
 func wantEvents(t *testing.T, ctx context.Context, p *plane, topic string, want ...string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !inOrder(kinds(t, ctx, p, topic), want) && time.Now().Before(deadline) && ctx.Err() == nil {
-		time.Sleep(20 * time.Millisecond)
-	}
+	wait.Until(10*time.Second, func() string {
+		if inOrder(kinds(t, ctx, p, topic), want) || ctx.Err() != nil {
+			return ""
+		}
+		return "not yet"
+	})
 	wantInOrder(t, kinds(t, ctx, p, topic), want...)
 }
 
@@ -362,14 +369,7 @@ func TestCutover(t *testing.T) {
 		}
 		waitLeases(t, ctx, p, a, silent)
 		silent.cancel() // stops heartbeating and xDS
-		for {
-			if _, err := p.cp.Migrate(ctx, "silent", "test"); err == nil {
-				break
-			} else if !errors.Is(err, ErrGateRefused) {
-				t.Fatal(err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		migrateWhenGateOpens(t, ctx, p, "silent")
 		waitState(t, ctx, p, "silent", Complete)
 		evs, _ := p.cp.Events(ctx, "silent", 0)
 		var granted, expired, completed time.Time
@@ -436,14 +436,7 @@ func TestCutover(t *testing.T) {
 		hold.mu.Lock()
 		hold.stuck = true
 		hold.mu.Unlock()
-		for {
-			if _, err := p.cp.Migrate(ctx, "abort", "test"); err == nil {
-				break
-			} else if !errors.Is(err, ErrGateRefused) {
-				t.Fatal(err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		migrateWhenGateOpens(t, ctx, p, "abort")
 		if _, err := p.cp.Migrate(ctx, "abort", "test"); !errors.Is(err, ErrCutoverRunning) {
 			t.Errorf("second migrate: %v", err)
 		}
@@ -488,14 +481,7 @@ func TestCutover(t *testing.T) {
 		holder.mu.Lock()
 		holder.stuck = true // never drains
 		holder.mu.Unlock()
-		for {
-			if _, err := p.cp.Migrate(ctx, "restart", "test"); err == nil {
-				break
-			} else if !errors.Is(err, ErrGateRefused) {
-				t.Fatal(err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		migrateWhenGateOpens(t, ctx, p, "restart")
 		eventually(t, ctx, "agent saw MIGRATING", func() bool { return a.state("restart") == batonv1.State_STATE_MIGRATING })
 		p.stop() // mid-cutover
 
@@ -508,14 +494,7 @@ func TestCutover(t *testing.T) {
 		wantEvents(t, ctx, p, "restart", EventAdded, EventInitiated, EventWaitingOnAgent, EventRecovered, EventRolledBack)
 		// And a later attempt completes once the holder drains.
 		holder.cancel()
-		for {
-			if _, err := p.cp.Migrate(ctx, "restart", "test"); err == nil {
-				break
-			} else if !errors.Is(err, ErrGateRefused) {
-				t.Fatal(err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		migrateWhenGateOpens(t, ctx, p, "restart")
 		top = waitState(t, ctx, p, "restart", Complete)
 		if top.Attempts != 2 {
 			t.Errorf("attempts %d, want 2", top.Attempts)

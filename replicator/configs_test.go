@@ -2,6 +2,7 @@ package replicator_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/replicator"
 )
 
@@ -51,17 +53,12 @@ func alterTopic(t *testing.T, adm *kadm.Client, topic string, alters ...kadm.Alt
 
 func waitConfig(t *testing.T, adm *kadm.Client, topic, key, want string, present bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		v, ok := dynamicTopicConfigs(t, adm, topic)[key]
-		if ok == present && (!present || v == want) {
-			return
+	wait.For(t, 30*time.Second, fmt.Sprintf("destination %s %s = %q (set %v)", topic, key, want, present), func() string {
+		if v, ok := dynamicTopicConfigs(t, adm, topic)[key]; ok != present || (present && v != want) {
+			return fmt.Sprintf("%q (set %v)", v, ok)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("destination %s %s = %q (set %v), want %q (set %v)", topic, key, v, ok, want, present)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return ""
+	})
 }
 
 func counterSum(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {

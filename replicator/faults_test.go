@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 
+	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/replicator"
 	"github.com/baton-kafka/baton/test/embedded"
 )
@@ -24,25 +25,20 @@ import (
 // that wraps ErrDestinationRejected and want, and returns the status.
 func waitRejected(t *testing.T, rn *running, topic string, want error) replicator.TopicStatus {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		for _, ts := range rn.r.Status() {
-			if ts.Topic != topic || !ts.Ready || len(ts.Partitions) == 0 {
-				continue
-			}
-			all := true
-			for _, ps := range ts.Partitions {
-				all = all && errors.Is(ps.Err, replicator.ErrDestinationRejected) && errors.Is(ps.Err, want)
-			}
-			if all {
-				return ts
+	var ts replicator.TopicStatus
+	wait.For(t, time.Minute, fmt.Sprintf("%v reported for every partition of %s", want, topic), func() string {
+		ts = topicStatus(rn, topic)
+		if !ts.Ready || len(ts.Partitions) == 0 {
+			return fmt.Sprintf("not set up: %+v", ts)
+		}
+		for _, ps := range ts.Partitions {
+			if !errors.Is(ps.Err, replicator.ErrDestinationRejected) || !errors.Is(ps.Err, want) {
+				return fmt.Sprintf("partition %d: %v", ps.Partition, ps.Err)
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %v reported for every partition of %s: %+v", want, topic, rn.r.Status())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return ""
+	})
+	return ts
 }
 
 // gaugeValue returns the value of metric name with exactly labels, and

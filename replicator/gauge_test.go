@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/replicator"
 	"github.com/baton-kafka/baton/test/embedded"
 )
@@ -90,10 +91,19 @@ func TestPartitionErrorGaugeFollowsTheError(t *testing.T) {
 	rn := run(t, s.Addrs(), d.Addrs(), replicator.Topics(topic), replicator.MaxBackoff(100*time.Millisecond), replicator.Registry(reg))
 	defer rn.stop(t)
 	waitCaughtUp(t, rn, s.Addrs(), topic)
-	time.Sleep(300 * time.Millisecond)
-	if !fetchFailed.Load() || !produceFailed.Load() {
-		t.Fatalf("faults not injected: fetch %v produce %v", fetchFailed.Load(), produceFailed.Load())
-	}
+	// The worker settles a partition's status after the step that
+	// succeeded: wait for both faults and a clean status.
+	wait.For(t, 30*time.Second, "both faults injected and every partition healthy", func() string {
+		if !fetchFailed.Load() || !produceFailed.Load() {
+			return fmt.Sprintf("faults injected: fetch %v produce %v", fetchFailed.Load(), produceFailed.Load())
+		}
+		for _, ps := range rn.r.Status()[0].Partitions {
+			if ps.Err != nil {
+				return fmt.Sprintf("partition %d: %v", ps.Partition, ps.Err)
+			}
+		}
+		return ""
+	})
 	for _, ps := range rn.r.Status()[0].Partitions {
 		t.Logf("partition %d: err %v", ps.Partition, ps.Err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/replicator"
 )
 
@@ -121,17 +122,12 @@ func TestGroupSyncExact(t *testing.T) {
 	rn := run(t, src, dst, replicator.Topics("exact"), replicator.GroupSyncInterval(100*time.Millisecond))
 	defer rn.stop(t)
 	waitCaughtUp(t, rn, src, "exact")
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		got := committed(t, dadm, "idle", "exact")
-		if fmt.Sprint(got) == fmt.Sprint(want) {
-			break
+	wait.For(t, 30*time.Second, fmt.Sprintf("group offsets on D at S's %v", want), func() string {
+		if got := committed(t, dadm, "idle", "exact"); fmt.Sprint(got) != fmt.Sprint(want) {
+			return fmt.Sprintf("D has %v", got)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("group offsets on D %v, want S's %v", got, want)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return ""
+	})
 	if got := committed(t, dadm, "unmanaged", "other"); len(got) != 0 {
 		t.Errorf("a group of an unmanaged topic was synced: %v", got)
 	}
@@ -271,17 +267,13 @@ func TestGroupSyncSkipsActive(t *testing.T) {
 			}
 		}
 	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	wait.For(t, 30*time.Second, "the consumer group on D stable with one member", func() string {
 		dg, err := dadm.DescribeGroups(context.Background(), "active")
-		if err == nil && dg["active"].State == "Stable" && len(dg["active"].Members) == 1 {
-			break
+		if err != nil || dg["active"].State != "Stable" || len(dg["active"].Members) != 1 {
+			return fmt.Sprintf("%+v %v", dg, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("consumer group on D not stable: %+v %v", dg, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return ""
+	})
 
 	sadm := admin(t, src)
 	commitOn(t, sadm, "active", "busy", map[int32]int64{0: 3, 1: 4})

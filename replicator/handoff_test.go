@@ -8,6 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/replicator"
 )
 
@@ -93,15 +94,10 @@ func TestGroupSyncAfterStop(t *testing.T) {
 	commitOn(t, sadm, "after-restart", topic, half)
 	rn2 := run(t, src, dst, replicator.GroupSyncInterval(100*time.Millisecond))
 	defer rn2.stop(t)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		got := committed(t, dadm, "after-restart", topic)
-		if fmt.Sprint(got) == fmt.Sprint(half) {
-			break
+	wait.For(t, 30*time.Second, fmt.Sprintf("the restarted replicator to sync the group to %v", half), func() string {
+		if got := committed(t, dadm, "after-restart", topic); fmt.Sprint(got) != fmt.Sprint(half) {
+			return fmt.Sprintf("group on D at %v", got)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("restarted replicator: group on D at %v, want %v", got, half)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return ""
+	})
 }

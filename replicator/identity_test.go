@@ -3,11 +3,13 @@ package replicator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/test/embedded"
 )
 
@@ -62,13 +64,12 @@ func TestCheckIdentitiesStopsACopiedTopicWhoseIDChanged(t *testing.T) {
 	}
 	waitFor := func(what string, cond func(TopicStatus) bool) {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for !cond(status()) {
-			if time.Now().After(deadline) {
-				t.Fatalf("waiting for %s: status %+v", what, status())
+		wait.For(t, 30*time.Second, what, func() string {
+			if st := status(); !cond(st) {
+				return fmt.Sprintf("status %+v", st)
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return ""
+		})
 	}
 	waitFor("the topic set up", func(ts TopicStatus) bool { return ts.Ready })
 

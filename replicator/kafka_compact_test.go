@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
 
+	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/replicator"
 	"github.com/baton-kafka/baton/test/kafka"
 )
@@ -215,12 +216,11 @@ func TestCompactedSourceRealKafka(t *testing.T) {
 	}
 
 	// Wait until the cleaner has left one record per key.
-	deadline := time.Now().Add(90 * time.Second)
 	var batches map[int32][]scannedBatch
-	for {
+	wait.For(t, 90*time.Second, fmt.Sprintf("the log cleaner to leave %d records (one per key)", want), func() string {
 		ends, err := adm.ListEndOffsets(ctx, topic)
 		if err != nil {
-			t.Fatal(err)
+			return err.Error()
 		}
 		batches = map[int32][]scannedBatch{}
 		got := 0
@@ -231,14 +231,11 @@ func TestCompactedSourceRealKafka(t *testing.T) {
 				got += int(b.records)
 			}
 		}
-		if got == want {
-			break
+		if got != want {
+			return fmt.Sprintf("%d records left", got)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the log cleaner left %d records, want %d (one per key)", got, want)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return ""
+	})
 	// The source has holes inside batches and between them.
 	var holeOffset int64 = -1
 	for p := range int32(partitions) {
@@ -278,18 +275,14 @@ func TestCompactedSourceRealKafka(t *testing.T) {
 
 	// Copy in small steps, stop mid-copy, resume.
 	rn := run(t, src, dst, replicator.Topics(topic), replicator.FetchMaxBytes(1<<10), replicator.GroupSyncInterval(0))
-	deadline = time.Now().Add(time.Minute)
-	for progressed := false; !progressed; {
-		for _, ts := range rn.r.Status() {
-			for _, ps := range ts.Partitions {
-				progressed = progressed || ps.DestinationEnd > 0
+	wait.For(t, time.Minute, "some progress of the copy", func() string {
+		for _, ps := range topicStatus(rn, topic).Partitions {
+			if ps.DestinationEnd > 0 {
+				return ""
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no progress: %+v", rn.r.Status())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Sprintf("%+v", rn.r.Status())
+	})
 	rn.stop(t)
 	t.Logf("stopped at %+v", rn.r.Status()[0].Partitions)
 	rn = run(t, src, dst, replicator.Topics(topic), replicator.FetchMaxBytes(64<<10), replicator.GroupSyncInterval(0))
@@ -303,16 +296,12 @@ func TestCompactedSourceRealKafka(t *testing.T) {
 	requireParity(t, src, dst, topic, replicator.ParityMapped, want)
 
 	// The group offset lands on the next surviving record.
-	for deadline := time.Now().Add(time.Minute); ; { // D's group coordinator may still be loading
-		_, err := rn.r.SyncGroups(ctx)
-		if err == nil {
-			break
+	wait.For(t, time.Minute, "a group sync (D's group coordinator may still be loading)", func() string {
+		if _, err := rn.r.SyncGroups(ctx); err != nil {
+			return err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return ""
+	})
 	dcl, err := kgo.NewClient(kgo.SeedBrokers(dst...))
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package replicator_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -12,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/replicator"
 	"github.com/baton-kafka/baton/test/kafka"
 )
@@ -83,16 +83,14 @@ func TestBrokersGoAwayRealKafka(t *testing.T) {
 		}
 		t.Logf("%s at %v (%d records produced so far)", what, time.Since(began).Round(time.Millisecond), produced.Load())
 	}
-	// waitFor polls cond until it holds (a minute at most).
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(time.Minute)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("waiting for %s: gave up after a minute", what)
+		wait.For(t, time.Minute, what, func() string {
+			if cond() {
+				return ""
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return "not yet"
+		})
 	}
 	partitionErr := func() error {
 		for _, ts := range rn.r.Status() {
@@ -179,24 +177,8 @@ func TestSourceTopicRecreatedRealKafka(t *testing.T) {
 	rn := run(t, src, dst, replicator.Topics(topic), replicator.MaxBackoff(200*time.Millisecond))
 	defer rn.stop(t)
 	waitCaughtUp(t, rn, src, topic)
-	status := func() error {
-		for _, ts := range rn.r.Status() {
-			if ts.Topic == topic {
-				return ts.Err
-			}
-		}
-		return nil
-	}
-	waitErr := func(want error) {
-		t.Helper()
-		deadline := time.Now().Add(time.Minute)
-		for !errors.Is(status(), want) {
-			if time.Now().After(deadline) {
-				t.Fatalf("topic status %v, want %v", status(), want)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	status := func() error { return topicStatus(rn, topic).Err }
+	waitErr := func(want error) { t.Helper(); waitTopicErr(t, rn, topic, want) }
 
 	if _, err := sadm.DeleteTopic(ctx, topic); err != nil {
 		t.Fatal(err)

@@ -2,15 +2,16 @@ package replicator_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/replicator"
 	"github.com/baton-kafka/baton/test/embedded"
 )
@@ -35,7 +36,7 @@ func TestLeadersMoveWhileCopying(t *testing.T) {
 
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	var produced int
+	var produced, shuffles atomic.Int64
 	var produceErr error
 	wg.Add(2)
 	go func() { // the producer
@@ -49,14 +50,16 @@ func TestLeadersMoveWhileCopying(t *testing.T) {
 		defer cl.Close()
 		for ctx.Err() == nil {
 			rs := make([]*kgo.Record, 50)
+			base := produced.Load()
 			for i := range rs {
-				rs[i] = &kgo.Record{Key: []byte(fmt.Sprint(produced % 23)), Value: []byte(fmt.Sprint("v", produced))}
-				produced++
+				n := base + int64(i)
+				rs[i] = &kgo.Record{Key: []byte(fmt.Sprint(n % 23)), Value: []byte(fmt.Sprint("v", n))}
 			}
 			if err := cl.ProduceSync(context.Background(), rs...).FirstErr(); err != nil {
 				produceErr = err
 				return
 			}
+			produced.Add(int64(len(rs)))
 		}
 	}()
 	go func() { // leaders move on both clusters
@@ -66,6 +69,7 @@ func TestLeadersMoveWhileCopying(t *testing.T) {
 		for ctx.Err() == nil {
 			s.Kfake().ShufflePartitionLeaders()
 			d.Kfake().ShufflePartitionLeaders()
+			shuffles.Add(1)
 			select {
 			case <-tick.C:
 			case <-ctx.Done():
@@ -76,17 +80,25 @@ func TestLeadersMoveWhileCopying(t *testing.T) {
 	rn := run(t, s.Addrs(), d.Addrs(), replicator.Topics(topic), replicator.FetchMaxBytes(8<<10),
 		replicator.MaxBackoff(200*time.Millisecond))
 	defer rn.stop(t)
-	time.Sleep(3 * time.Second) // production and leader moves overlap the copy
+	// Production and leader moves overlap the copy: enough of both, and
+	// some of it copied, before they stop.
+	wait.For(t, time.Minute, "records produced, copied and leaders moved meanwhile", func() string {
+		var copied int64
+		for _, ps := range topicStatus(rn, topic).Partitions {
+			copied += ps.DestinationEnd
+		}
+		if n, m := produced.Load(), shuffles.Load(); n < 5000 || m < 20 || copied < 2000 {
+			return fmt.Sprintf("%d produced, %d copied, %d leader shuffles", n, copied, m)
+		}
+		return ""
+	})
 	stop()
 	wg.Wait()
 	if produceErr != nil {
 		t.Fatalf("producing to S: %v", produceErr)
 	}
-	if produced == 0 {
-		t.Fatal("nothing was produced")
-	}
 	waitCaughtUp(t, rn, s.Addrs(), topic)
-	requireParity(t, s.Addrs(), d.Addrs(), topic, replicator.ParityExact, produced)
+	requireParity(t, s.Addrs(), d.Addrs(), topic, replicator.ParityExact, int(produced.Load()))
 }
 
 // TestSourceTopicDeleted: a managed topic deleted on S is reported with
@@ -120,23 +132,8 @@ func TestSourceTopicDeleted(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	deadline := time.Now().Add(time.Minute)
-	for {
-		var got error
-		for _, ts := range rn.r.Status() {
-			if ts.Topic == topic {
-				got = ts.Err
-			}
-		}
-		if errors.Is(got, replicator.ErrSourceTopicMissing) {
-			t.Logf("reported: %v", got)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("topic deleted on S: status error %v, want ErrSourceTopicMissing", got)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitTopicErr(t, rn, topic, replicator.ErrSourceTopicMissing)
+	t.Logf("reported: %v", topicStatus(rn, topic).Err)
 
 	after, err := dadm.ListEndOffsets(context.Background(), topic)
 	if err != nil {

@@ -2,6 +2,7 @@ package replicator_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/replicator"
 	"github.com/baton-kafka/baton/test/embedded"
 )
@@ -126,33 +128,43 @@ func waitCaughtUp(t testing.TB, rn *running, src []string, topic string) {
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	wait.For(t, 2*time.Minute, topic+" caught up", func() string {
 		ends, err := adm.ListCommittedOffsets(context.Background(), topic)
-		if err == nil {
-			done := true
-			for _, ts := range rn.r.Status() {
-				if ts.Topic != topic {
-					continue
-				}
-				if !ts.Ready || len(ts.Partitions) == 0 {
-					done = false
-				}
-				for _, ps := range ts.Partitions {
-					if e, ok := ends.Lookup(topic, ps.Partition); !ok || ps.Next < e.Offset {
-						done = false
-					}
-				}
-			}
-			if done {
-				return
+		if err != nil {
+			return err.Error()
+		}
+		ts := topicStatus(rn, topic)
+		if !ts.Ready || len(ts.Partitions) == 0 {
+			return fmt.Sprintf("not set up: %+v", ts)
+		}
+		for _, ps := range ts.Partitions {
+			if e, ok := ends.Lookup(topic, ps.Partition); !ok || ps.Next < e.Offset {
+				return fmt.Sprintf("partition %d at %d of %d", ps.Partition, ps.Next, e.Offset)
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not caught up: %+v", rn.r.Status())
+		return ""
+	})
+}
+
+// topicStatus is topic's entry in rn's Status (zero if it has none).
+func topicStatus(rn *running, topic string) replicator.TopicStatus {
+	for _, ts := range rn.r.Status() {
+		if ts.Topic == topic {
+			return ts
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
+	return replicator.TopicStatus{}
+}
+
+// waitTopicErr waits until topic's status error is want.
+func waitTopicErr(t testing.TB, rn *running, topic string, want error) {
+	t.Helper()
+	wait.For(t, time.Minute, fmt.Sprintf("%s reported with %v", topic, want), func() string {
+		if err := topicStatus(rn, topic).Err; !errors.Is(err, want) {
+			return fmt.Sprintf("status error %v", err)
+		}
+		return ""
+	})
 }
 
 func requireParity(t testing.TB, src, dst []string, topic string, want replicator.Parity, wantRecords int) {
@@ -359,7 +371,7 @@ func TestLagWhilePaused(t *testing.T) {
 	if err := rn.r.Pause("lag"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(pause)
+	time.Sleep(pause) // the pause whose length the lag must show
 	lag, err := rn.r.Lag("lag")
 	if err != nil {
 		t.Fatal(err)
@@ -370,17 +382,12 @@ func TestLagWhilePaused(t *testing.T) {
 	if err := rn.r.Resume("lag"); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		lag, _ = rn.r.Lag("lag")
-		if lag < 200*time.Millisecond {
-			break
+	wait.For(t, 10*time.Second, "the lag back under 200ms after resume", func() string {
+		if lag, _ := rn.r.Lag("lag"); lag >= 200*time.Millisecond {
+			return fmt.Sprintf("lag %v", lag)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("lag stays at %v after resume", lag)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return ""
+	})
 }
 
 func TestVerifyFindsMismatch(t *testing.T) {
