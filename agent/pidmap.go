@@ -242,18 +242,23 @@ func (a *Agent) initDestinationPID(ctx context.Context) (int64, int16, error) {
 // partition list; release returns the copies once sent. A partition whose
 // mapping fails gets the retriable error in codes and leaves the shards.
 func (r *router) mapProducers(ctx context.Context, req *kmsg.ProduceRequest, shards []*shard, codes []int16) (_ []*shard, rewritten map[int][]byte) {
-	var toDst []int
-	for _, s := range shards {
-		if s.up == r.a.dst {
-			toDst = append(toDst, s.idx...)
-		}
-	}
-	if len(toDst) == 0 || req.TransactionID != nil {
+	if req.TransactionID != nil {
 		return shards, nil
 	}
-	want := map[int]bool{}
-	for _, i := range toDst {
-		want[i] = true
+	var want []bool // by flattened partition index: goes to the destination
+	for _, s := range shards {
+		if s.up != r.a.dst {
+			continue
+		}
+		if want == nil {
+			want = make([]bool, len(codes))
+		}
+		for _, i := range s.idx {
+			want[i] = true
+		}
+	}
+	if want == nil { // PROXY and REJECT traffic: nothing to map
+		return shards, nil
 	}
 	var drop map[int]bool
 	actx, cancel := context.WithTimeout(ctx, r.a.cfg.forwardDeadline)

@@ -127,7 +127,12 @@ func (ps *pins) noteGaps(req *kmsg.ProduceRequest, results []kmsg.ProduceRespons
 // batch would open the destination's sequence stream and the refused one,
 // resent, would come before its start.
 func (ps *pins) noteRefused(req *kmsg.ProduceRequest, codes []int16) {
-	ps.noteGapCodes(req, func(i int) int16 { return codes[i] })
+	for _, c := range codes {
+		if c != 0 { // the usual request refuses nothing: no lock, no walk
+			ps.noteGapCodes(req, func(i int) int16 { return codes[i] })
+			return
+		}
+	}
 }
 
 func (ps *pins) noteGapCodes(req *kmsg.ProduceRequest, code func(i int) int16) {
