@@ -48,7 +48,7 @@ func verify(ctx context.Context, bootstrap, topic, client string, acks []Ack, cf
 	if cfg.Records < 1 {
 		return fmt.Errorf("clients: verify: cfg.Records must be at least 1, got %d", cfg.Records)
 	}
-	recs, err := readTopic(ctx, bootstrap, topic)
+	recs, err := ReadTopic(ctx, bootstrap, topic)
 	if err != nil {
 		return fmt.Errorf("clients: verify: reading %s back: %w", topic, err)
 	}
@@ -87,7 +87,7 @@ func verify(ctx context.Context, bootstrap, topic, client string, acks []Ack, cf
 	}
 
 	// Where each record of this run sits in the topic.
-	where := make(map[int][]tpo)
+	where := make(map[int][]Position)
 	for at, r := range recs {
 		seq, ok := seqOfKey(cfg.KeyPrefix, string(r.Key))
 		if ok {
@@ -107,7 +107,7 @@ func verify(ctx context.Context, bootstrap, topic, client string, acks []Ack, cf
 			if a.Key != want {
 				problem("record %d acked with key %q, want %q", seq, a.Key, want)
 			}
-			at := tpo{a.Partition, a.Offset}
+			at := Position{a.Partition, a.Offset}
 			r, ok := recs[at]
 			if !ok {
 				problem("record %d acked at %s, where the topic has no record (it is at %s)", seq, at, describeTPOs(where[seq]))
@@ -170,19 +170,21 @@ func verify(ctx context.Context, bootstrap, topic, client string, acks []Ack, cf
 // compression type.
 var compressionTypes = map[string]uint8{"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
-// tpo is a partition and offset.
-type tpo struct {
-	p int32
-	o int64
+// Position is a record's partition and offset.
+type Position struct {
+	Partition int32
+	Offset    int64
 }
 
-func (t tpo) String() string { return fmt.Sprintf("%d/%d", t.p, t.o) }
+func (t Position) String() string { return fmt.Sprintf("%d/%d", t.Partition, t.Offset) }
 
-func describeTPOs(ts []tpo) string {
+func describeTPOs(ts []Position) string {
 	if len(ts) == 0 {
 		return "nowhere"
 	}
-	sort.Slice(ts, func(i, j int) bool { return ts[i].p < ts[j].p || ts[i].p == ts[j].p && ts[i].o < ts[j].o })
+	sort.Slice(ts, func(i, j int) bool {
+		return ts[i].Partition < ts[j].Partition || ts[i].Partition == ts[j].Partition && ts[i].Offset < ts[j].Offset
+	})
 	s := make([]string, len(ts))
 	for i, t := range ts {
 		s[i] = t.String()
@@ -196,7 +198,7 @@ func describeAcks(as []Ack) string {
 		if a.Err != "" {
 			s[i] = "failed: " + a.Err
 		} else {
-			s[i] = tpo{a.Partition, a.Offset}.String()
+			s[i] = Position{a.Partition, a.Offset}.String()
 		}
 	}
 	return strings.Join(s, ", ")
@@ -223,9 +225,9 @@ func headerValues(r *kgo.Record) map[string][]string {
 	return hs
 }
 
-// readTopic reads every partition of topic from its start offset to the
+// ReadTopic reads every partition of topic from its start offset to the
 // end offset listed when it begins.
-func readTopic(ctx context.Context, bootstrap, topic string) (map[tpo]*kgo.Record, error) {
+func ReadTopic(ctx context.Context, bootstrap, topic string) (map[Position]*kgo.Record, error) {
 	seeds := bootstrapList(bootstrap)
 	adm, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ClientID("baton-verify"))
 	if err != nil {
@@ -250,7 +252,7 @@ func readTopic(ctx context.Context, bootstrap, topic string) (map[tpo]*kgo.Recor
 			until[e.Partition] = e.Offset
 		}
 	})
-	recs := make(map[tpo]*kgo.Record)
+	recs := make(map[Position]*kgo.Record)
 	if len(from) == 0 {
 		return recs, nil
 	}
@@ -289,7 +291,7 @@ func readTopic(ctx context.Context, bootstrap, topic string) (map[tpo]*kgo.Recor
 			return nil, errors.Join(errs...)
 		}
 		fs.EachRecord(func(r *kgo.Record) {
-			recs[tpo{r.Partition, r.Offset}] = r
+			recs[Position{r.Partition, r.Offset}] = r
 			if r.Offset+1 > next[r.Partition] {
 				next[r.Partition] = r.Offset + 1
 			}

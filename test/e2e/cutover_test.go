@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -531,94 +530,25 @@ type pos struct {
 
 func (p pos) String() string { return fmt.Sprintf("%s %d/%d", p.cluster, p.p, p.o) }
 
-type at struct {
-	p int32
-	o int64
-}
-
-// readKeys reads every partition of topic from its start to the end offset
-// listed first, and returns each record's key by partition and offset.
-func readKeys(ctx context.Context, bootstrap, topic string) (map[at]string, error) {
-	seeds := strings.Split(bootstrap, ",")
-	adm, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ClientID("baton-e2e-cutover-read"))
-	if err != nil {
-		return nil, err
-	}
-	defer adm.Close()
-	ac := kadm.NewClient(adm)
-	var starts, ends kadm.ListedOffsets
-	// Right after writes, a Kafka leader may answer a retriable error
-	// until its high watermark is known: retry for a while.
-	if err := waitFor(ctx, 30*time.Second, func() error {
-		if starts, err = ac.ListStartOffsets(ctx, topic); err == nil {
-			err = starts.Error()
-		}
-		if err != nil {
-			return err
-		}
-		if ends, err = ac.ListEndOffsets(ctx, topic); err == nil {
-			err = ends.Error()
-		}
-		return err
-	}); err != nil {
-		return nil, fmt.Errorf("listing offsets of %s: %w", topic, err)
-	}
-	from := map[int32]kgo.Offset{}
-	until := map[int32]int64{}
-	ends.Each(func(e kadm.ListedOffset) {
-		if s, ok := starts.Lookup(topic, e.Partition); ok && e.Offset > s.Offset {
-			from[e.Partition] = kgo.NewOffset().At(s.Offset)
-			until[e.Partition] = e.Offset
-		}
-	})
-	out := map[at]string{}
-	if len(from) == 0 {
-		return out, nil
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ClientID("baton-e2e-cutover-read"),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}))
-	if err != nil {
-		return nil, err
-	}
-	defer cl.Close()
-	next := map[int32]int64{}
-	for p, o := range from {
-		next[p] = o.EpochOffset().Offset
-	}
+// readKeys returns the key of every record of topic, by position.
+func readKeys(ctx context.Context, bootstrap, topic string) (map[clients.Position]string, error) {
 	rctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	for {
-		left := false
-		for p, end := range until {
-			if next[p] < end {
-				left = true
-			}
-		}
-		if !left {
-			return out, nil
-		}
-		fs := cl.PollFetches(rctx)
-		if err := rctx.Err(); err != nil {
-			return nil, fmt.Errorf("reading %s: %w; read up to %v of %v", topic, err, next, until)
-		}
-		var errs []error
-		fs.EachError(func(t string, p int32, err error) { errs = append(errs, fmt.Errorf("fetching %s/%d: %w", t, p, err)) })
-		if len(errs) > 0 {
-			return nil, errors.Join(errs...)
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			out[at{r.Partition, r.Offset}] = string(r.Key)
-			if r.Offset+1 > next[r.Partition] {
-				next[r.Partition] = r.Offset + 1
-			}
-		})
+	recs, err := clients.ReadTopic(rctx, bootstrap, topic)
+	if err != nil {
+		return nil, err
 	}
+	out := make(map[clients.Position]string, len(recs))
+	for pos, r := range recs {
+		out[pos] = string(r.Key)
+	}
+	return out, nil
 }
 
 // checkCutover checks one run's acks against what the source and the
 // destination hold, and the agent's answers (see TestCutoverEveryClient).
 // drained says the source was drained before COMPLETE.
-func checkCutover(acks []clients.Ack, cfg clients.ProduceConfig, src, dst map[at]string, answers []partAnswer, errs map[int32]int, migratingAt, completeAt time.Time, drained bool) error {
+func checkCutover(acks []clients.Ack, cfg clients.ProduceConfig, src, dst map[clients.Position]string, answers []partAnswer, errs map[int32]int, migratingAt, completeAt time.Time, drained bool) error {
 	var problems []string
 	total := 0
 	problem := func(format string, args ...any) {
@@ -632,18 +562,18 @@ func checkCutover(acks []clients.Ack, cfg clients.ProduceConfig, src, dst map[at
 	where := map[string][]pos{}
 	for _, side := range []struct {
 		name string
-		recs map[at]string
+		recs map[clients.Position]string
 	}{{"S", src}, {"D", dst}} {
 		for a, k := range side.recs {
 			if side.name == "D" && strings.HasPrefix(k, fillerPrefix+"-") {
 				continue
 			}
-			where[k] = append(where[k], pos{side.name, a.p, a.o})
+			where[k] = append(where[k], pos{side.name, a.Partition, a.Offset})
 			if !strings.HasPrefix(k, cfg.KeyPrefix+"-") {
-				problem("%s %d/%d holds key %q, not of this run", side.name, a.p, a.o, k)
+				problem("%s %d/%d holds key %q, not of this run", side.name, a.Partition, a.Offset, k)
 			}
-			if side.name == "S" && a.o >= fillPerPartition {
-				problem("S %d/%d: the source ran past the destination's first offset %d: the agent's answers cannot be told apart by offset", a.p, a.o, fillPerPartition)
+			if side.name == "S" && a.Offset >= fillPerPartition {
+				problem("S %d/%d: the source ran past the destination's first offset %d: the agent's answers cannot be told apart by offset", a.Partition, a.Offset, fillPerPartition)
 			}
 		}
 	}
@@ -673,21 +603,21 @@ func checkCutover(acks []clients.Ack, cfg clients.ProduceConfig, src, dst map[at
 		if a.Key != key {
 			problem("record %d acked with key %q, want %q", seq, a.Key, key)
 		}
-		ap := at{a.Partition, a.Offset}
+		ap := clients.Position{Partition: a.Partition, Offset: a.Offset}
 		switch {
 		case src[ap] == key:
 			onS++
-			if m, ok := maxS[ap.p]; !ok || seq > m {
-				maxS[ap.p] = seq
+			if m, ok := maxS[ap.Partition]; !ok || seq > m {
+				maxS[ap.Partition] = seq
 			}
 		case dst[ap] == key:
 			onD++
-			if m, ok := minD[ap.p]; !ok || seq < m {
-				minD[ap.p] = seq
+			if m, ok := minD[ap.Partition]; !ok || seq < m {
+				minD[ap.Partition] = seq
 			}
 		default:
 			problem("record %d acked at %d/%d, where S holds %q and D holds %q (key %s is at %s)",
-				seq, ap.p, ap.o, src[ap], dst[ap], key, describePos(where[key]))
+				seq, ap.Partition, ap.Offset, src[ap], dst[ap], key, describePos(where[key]))
 		}
 	}
 	// Stored once. Without idempotence a write the agent answered with the
