@@ -59,7 +59,8 @@ func (l *cpLink) run(ctx context.Context) {
 func (a *Agent) applyRoutes(version uint64, trs []*batonv1.TopicRoute) error {
 	routes := make([]Route, 0, len(trs))
 	for _, tr := range trs {
-		r := Route{Topic: tr.GetTopic(), HoldMax: tr.GetHoldMax().AsDuration()}
+		r := Route{Topic: tr.GetTopic(), HoldMax: tr.GetHoldMax().AsDuration(),
+			ForwardDeadline: tr.GetForwardDeadline().AsDuration()}
 		switch tr.GetState() {
 		case batonv1.State_STATE_REJECT:
 			r.State = Reject
@@ -104,37 +105,6 @@ func (a *Agent) leaseReport() (uint64, []*batonv1.TopicDrain) {
 	return a.cp.applied.Load(), out
 }
 
-// waitLease says whether the agent may write to the source: with static
-// routes always; with a control plane while it holds a valid lease. Without
-// one it waits up to max (a lease gap is usually a renewal in flight, or the
-// first grant at start), then gives up.
-func (a *Agent) waitLease(ctx context.Context, max time.Duration) bool {
-	if a.cp == nil || a.cp.keeper.Valid() {
-		return true
-	}
-	if max <= 0 {
-		max = DefaultHoldMax
-	}
-	a.metrics.held.Inc()
-	defer a.metrics.held.Dec()
-	deadline := time.NewTimer(max)
-	defer deadline.Stop()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-deadline.C:
-			return a.cp.keeper.Valid()
-		case <-tick.C:
-			if a.cp.keeper.Valid() {
-				return true
-			}
-		}
-	}
-}
-
 // inflight counts forwarded produce requests per topic that the source
 // may still write. A request stops counting when the source answers it, or,
 // when the answer is lost (deadline, connection closed), one forward
@@ -159,6 +129,19 @@ func (f *inflight) add(topics []string, d int) {
 	}
 }
 
+// add1 is add for one topic, without a slice.
+func (f *inflight) add1(topic string, d int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n == nil {
+		f.n = map[string]int{}
+	}
+	f.n[topic] += d
+	if f.n[topic] <= 0 {
+		delete(f.n, topic)
+	}
+}
+
 func (f *inflight) count(topic string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -175,6 +158,16 @@ func (f *inflight) done(topics []string, answered bool, sent time.Time, deadline
 		return
 	}
 	f.add(topics, -1)
+}
+
+// sourceUnsent ends the in-flight count of the topics routeWrite counted
+// that sent does not hold: nothing of theirs reached the source.
+func (a *Agent) sourceUnsent(counted, sent []string) {
+	for _, t := range counted {
+		if !slices.Contains(sent, t) {
+			a.inflight.add1(t, -1)
+		}
+	}
 }
 
 // forwardedTopics returns the distinct topics of the shards that went to

@@ -166,50 +166,6 @@ func (r *router) collect(ctx context.Context, ss []sent, key, ver int16, start t
 	}
 }
 
-// writeUpstream returns the cluster writes to topic go to, holding the
-// request while the topic is MIGRATING in hold mode. nil means refuse with
-// the retriable error.
-func (r *router) writeUpstream(ctx context.Context, topic string) *upstream {
-	route := r.a.routes.Lookup(topic)
-	if route.Target() == ToNowhere && route.Mode == Hold {
-		route = r.hold(ctx, route)
-	}
-	switch route.Target() {
-	case ToSource:
-		if !r.a.waitLease(ctx, route.HoldMax) {
-			// No lease: the control plane may have moved on without us.
-			return nil
-		}
-		return r.a.src
-	case ToDestination:
-		return r.a.dst
-	}
-	return nil
-}
-
-// hold waits until topic leaves MIGRATING, HoldMax passes or ctx ends, and
-// returns the route then in force.
-func (r *router) hold(ctx context.Context, route Route) Route {
-	r.a.metrics.held.Inc()
-	defer r.a.metrics.held.Dec()
-	timer := time.NewTimer(route.HoldMax)
-	defer timer.Stop()
-	for {
-		changed := r.a.routes.Changed()
-		cur := r.a.routes.Lookup(route.Topic)
-		if cur.Target() != ToNowhere {
-			return cur
-		}
-		select {
-		case <-changed:
-		case <-timer.C:
-			return cur
-		case <-ctx.Done():
-			return cur
-		}
-	}
-}
-
 // --- Produce ---
 
 func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.ProduceRequest) filter.Pending {
@@ -220,20 +176,36 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 			parts = append(parts, tp{t.Topic, p.Partition})
 		}
 	}
+	// Where each topic goes is decided now, after any hold or lease wait
+	// (see routeWrite); source-bound topics are counted in flight from
+	// here until answered, for the drain the control plane waits on.
 	ups := map[string]*upstream{}
+	var srcTopics []string
 	for _, t := range req.Topics {
 		if _, ok := ups[t.Topic]; !ok {
-			ups[t.Topic] = r.writeUpstream(ctx, t.Topic)
+			up := r.routeWrite(ctx, t.Topic, x.Received)
+			ups[t.Topic] = up
+			if up == r.a.src {
+				srcTopics = append(srcTopics, t.Topic)
+			}
 		}
 	}
+	fwd := r.a.forwardDeadline(srcTopics)
 	shards, codes := r.shardByLeader(ctx, parts, func(t string) *upstream { return ups[t] }, r.pins.addr)
 	shards = r.pins.dropAfterGap(req, shards, codes) // see pin.go
 	// Idempotent batches toward the destination go under the destination
 	// producer id mapped from the client's (see pidmap.go).
 	shards, rewritten := r.mapProducers(ctx, req, shards, codes)
 	r.pins.noteRefused(req, codes) // see pin.go
+	// Looking up leaders may have taken a while: the lease must still hold
+	// when the bytes leave (the control plane counts a silent agent safe
+	// from its lease's end plus F, and F starts at the send).
+	if len(srcTopics) > 0 && !r.a.leaseValid() {
+		shards = dropSource(shards, r.a.src, codes)
+	}
 
 	expect := req.Acks != 0
+	start = time.Now() // F and the in-flight window start at the send
 	var ss []sent
 	if len(shards) == 1 && len(shards[0].idx) == len(parts) && rewritten == nil {
 		// One leader serves the whole request: forward the client's bytes.
@@ -267,12 +239,13 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 			putBuf(b) // sendShards wrote them
 		}
 	}
-	// Count what went to the source until it is answered (or could no
-	// longer be written), for the drain the control plane waits on.
-	srcTopics := r.a.forwardedTopics(ss, parts)
-	r.a.inflight.add(srcTopics, 1)
+	// What went to the source stays counted until it is answered (or can
+	// no longer be written); what was not sent stops counting now.
+	sentTopics := r.a.forwardedTopics(ss, parts)
+	r.a.sourceUnsent(srcTopics, sentTopics)
+	srcTopics = sentTopics
 	if !expect {
-		r.a.inflight.done(srcTopics, false, start, r.a.cfg.forwardDeadline)
+		r.a.inflight.done(srcTopics, false, start, fwd)
 		x.NoResponse = true
 		for _, s := range ss {
 			if s.err != nil {
@@ -285,7 +258,7 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 	held := r.pins.hold(ss, parts) // see pin.go
 	return pendingFunc(func(ctx context.Context) error {
 		defer r.pins.release(held)
-		ctx, cancel := context.WithDeadline(ctx, start.Add(r.a.cfg.forwardDeadline))
+		ctx, cancel := context.WithDeadline(ctx, start.Add(fwd))
 		defer cancel()
 		results := make([]kmsg.ProduceResponseTopicPartition, len(parts))
 		for i := range results {
@@ -296,7 +269,7 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 		var throttle int32
 		hinted := false // a KIP-951 hint names the agent: send its endpoint
 		srcAnswered := true
-		defer func() { r.a.inflight.done(srcTopics, srcAnswered, start, r.a.cfg.forwardDeadline) }()
+		defer func() { r.a.inflight.done(srcTopics, srcAnswered, start, fwd) }()
 		r.collect(ctx, ss, 0, req.Version, start, func() kmsg.Response { return kmsg.NewPtrProduceResponse() },
 			func(s *shard, resp kmsg.Response, err error) {
 				if err != nil {

@@ -68,6 +68,9 @@ type Route struct {
 	State   State
 	Mode    HoldMode
 	HoldMax time.Duration
+	// ForwardDeadline is F for this topic as the control plane pushed it;
+	// 0: the control plane's (or, with static routes, the agent's) own.
+	ForwardDeadline time.Duration
 }
 
 // Cluster names a route target.

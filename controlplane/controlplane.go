@@ -432,6 +432,13 @@ func (cp *ControlPlane) AddTopic(ctx context.Context, spec TopicSpec, actor stri
 	if spec.Mode != "hold" && spec.Mode != "retriable" {
 		return Topic{}, fmt.Errorf("%w: mode %q (want hold or retriable)", ErrBadConfig, spec.Mode)
 	}
+	if spec.HoldMax < 0 {
+		return Topic{}, fmt.Errorf("%w: holdMax %v is negative", ErrBadConfig, spec.HoldMax)
+	}
+	if spec.ForwardDeadline < 0 || spec.ForwardDeadline >= cp.cfg.lease {
+		return Topic{}, fmt.Errorf("%w: forwardDeadline %v: want 0 (the control plane's, %v) or below the lease (%v)",
+			ErrBadConfig, spec.ForwardDeadline, cp.cfg.forward, cp.cfg.lease)
+	}
 	if spec.Source == "" {
 		spec.Source = cp.cfg.source.GetName()
 	}

@@ -339,11 +339,17 @@ func (cp *ControlPlane) pendingAgents(topic string, v uint64) pending {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	var p pending
+	// Agents answer a forwarded produce within the F pushed in the topic's
+	// route: wait out the larger of it and the control plane's own.
+	forward := cp.cfg.forward
+	if t, ok := cp.topics[topic]; ok {
+		forward = max(forward, t.ForwardDeadline)
+	}
 	for _, a := range cp.agents {
 		if a.GrantedAt.IsZero() {
 			continue // never held a lease: never forwarded
 		}
-		safeAt := a.GrantedAt.Add(cp.cfg.lease + cp.cfg.forward)
+		safeAt := a.GrantedAt.Add(cp.cfg.lease + forward)
 		if !now.Before(safeAt) {
 			p.expired = append(p.expired, a.Node)
 			continue

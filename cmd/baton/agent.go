@@ -97,7 +97,7 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 	f.StringVar(&destination, "destination", "", "destination cluster bootstrap brokers, comma-separated (required)")
 	f.StringVar(&routesFile, "routes", "", "static route file (YAML); topics not listed pass through to the source")
 	f.Int32Var(&maxFrame, "max-frame-bytes", agent.DefaultMaxFrameBytes, "largest request frame accepted; larger closes the connection")
-	f.DurationVar(&forwardDeadline, "forward-deadline", agent.DefaultForwardDeadline, "a produce unanswered upstream this long is answered with a retriable error")
+	f.DurationVar(&forwardDeadline, "forward-deadline", agent.DefaultForwardDeadline, "with --routes: a produce unanswered upstream this long is answered with a retriable error (with --control-plane, the control plane's F is used)")
 	f.IntVar(&upstreamConns, "upstream-conns", agent.DefaultUpstreamConns, "connections per upstream broker")
 	f.IntVar(&producerIDs, "producer-ids", agent.DefaultProducerIDs, "idempotent producer sessions mapped to destination producer ids at once")
 	f.DurationVar(&producerIDIdle, "producer-id-idle", agent.DefaultProducerIDIdle, "how long a producer id mapping outlives its producer's last batch to the destination")

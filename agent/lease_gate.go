@@ -1,0 +1,215 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/baton-kafka/baton/filter"
+)
+
+// ErrNoLease fails a write to the source the agent may not send: it holds
+// no lease from the control plane, so the control plane may have moved the
+// topic on without it. The connection is closed; clients retry.
+var ErrNoLease = errors.New("agent: no lease from the control plane")
+
+// leaseWaitPoll is how often a write waiting for a lease looks again.
+const leaseWaitPoll = 10 * time.Millisecond
+
+// routeWrite decides where a produce for topic goes, just before it is
+// sent: the source, the destination, or nowhere (nil: answer with the
+// retriable error). It waits while the topic is held (MIGRATING in hold
+// mode) and while a source-bound write has no lease, up to the route's
+// HoldMax counted from arrived. The route is looked up again after every
+// wait, so a request never goes where a route seen before the wait said:
+// a request that waited for a lease while the topic moved to COMPLETE
+// goes to the destination.
+//
+// A source-bound answer comes counted in flight (see inflight): the count
+// is taken before the final lookup, so a heartbeat that reports the topic
+// stopped also counts this request until it is answered. The caller MUST
+// end that count (sourceUnsent or inflight.done).
+func (r *router) routeWrite(ctx context.Context, topic string, arrived time.Time) *upstream {
+	if arrived.IsZero() {
+		arrived = time.Now()
+	}
+	holdMax := r.a.routes.Lookup(topic).HoldMax
+	if holdMax <= 0 {
+		holdMax = DefaultHoldMax
+	}
+	deadline := time.NewTimer(time.Until(arrived.Add(holdMax)))
+	defer deadline.Stop()
+	waiting := false
+	defer func() {
+		if waiting {
+			r.a.metrics.held.Dec()
+		}
+	}()
+	wait := func(changed <-chan struct{}, poll bool) bool {
+		if !waiting {
+			waiting = true
+			r.a.metrics.held.Inc()
+		}
+		var tick <-chan time.Time
+		if poll {
+			t := time.NewTimer(leaseWaitPoll)
+			defer t.Stop()
+			tick = t.C
+		}
+		select {
+		case <-changed:
+		case <-tick:
+		case <-deadline.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+		return true
+	}
+	last := false // the deadline passed: decide once more, then give up
+	for {
+		changed := r.a.routes.Changed()
+		r.a.inflight.add1(topic, 1)
+		route := r.a.routes.Lookup(topic)
+		target := route.Target()
+		if target == ToSource && r.a.leaseValid() {
+			return r.a.src // counted
+		}
+		r.a.inflight.add1(topic, -1)
+		switch {
+		case target == ToDestination:
+			return r.a.dst
+		case last:
+			return nil
+		case target == ToNowhere && route.Mode != Hold:
+			return nil
+		}
+		// Held (MIGRATING) or waiting for a lease: wake on a route change,
+		// and poll the lease.
+		if !wait(changed, target == ToSource) {
+			last = true
+		}
+	}
+}
+
+// dropSource takes the shards bound for src out of shards, and answers
+// their partitions with the retriable error: nothing of them was sent.
+func dropSource(shards []*shard, src *upstream, codes []int16) []*shard {
+	kept := shards[:0]
+	for _, s := range shards {
+		if s.up != src {
+			kept = append(kept, s)
+			continue
+		}
+		for _, i := range s.idx {
+			codes[i] = retriable
+		}
+	}
+	return kept
+}
+
+// leaseValid says whether the agent may write to the source now: with
+// static routes always; with a control plane while it holds a lease.
+func (a *Agent) leaseValid() bool {
+	return a.cp == nil || a.cp.keeper.Valid()
+}
+
+// sourceWrite says whether a request of this key changes state on the
+// cluster it is sent to: such a request goes to the source only under a
+// lease, like produce. Reads (Fetch, ListOffsets, Metadata, Describe*,
+// group membership) need none: they cannot break the one-writer rule.
+func sourceWrite(key int16) bool {
+	switch key {
+	case 0, // Produce (gated per topic by routeWrite)
+		8,  // OffsetCommit
+		19, // CreateTopics
+		20, // DeleteTopics
+		21, // DeleteRecords
+		22, // InitProducerId: a transactional one fences and aborts
+		24, // AddPartitionsToTxn
+		25, // AddOffsetsToTxn
+		26, // EndTxn: writes transaction markers
+		28, // TxnOffsetCommit
+		30, // CreateAcls
+		31, // DeleteAcls
+		33, // AlterConfigs
+		34, // AlterReplicaLogDirs
+		37, // CreatePartitions
+		42, // DeleteGroups
+		43, // ElectLeaders
+		44, // IncrementalAlterConfigs
+		45, // AlterPartitionReassignments
+		47, // OffsetDelete
+		49, // AlterClientQuotas
+		51, // AlterUserScramCredentials
+		57: // UpdateFeatures
+		return true
+	}
+	return false
+}
+
+// waitSourceLease holds a non-produce write to the source until the agent
+// holds a lease, up to DefaultHoldMax from arrived; it fails with
+// ErrNoLease after that.
+func (a *Agent) waitSourceLease(ctx context.Context, x *filter.Exchange) error {
+	key, arrived := x.Header.APIKey, x.Received
+	if !sourceWrite(key) || a.leaseValid() {
+		return nil
+	}
+	if ip, ok := x.Req.(*kmsg.InitProducerIDRequest); ok && ip.TransactionalID == nil {
+		return nil // an idempotent producer's id: nothing is written
+	}
+	if arrived.IsZero() {
+		arrived = time.Now()
+	}
+	a.metrics.held.Inc()
+	defer a.metrics.held.Dec()
+	deadline := time.NewTimer(time.Until(arrived.Add(DefaultHoldMax)))
+	defer deadline.Stop()
+	tick := time.NewTicker(leaseWaitPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline.C:
+			if a.leaseValid() {
+				return nil
+			}
+			return fmt.Errorf("%w: key %d waited %v", ErrNoLease, key, DefaultHoldMax)
+		case <-tick.C:
+			if a.leaseValid() {
+				return nil
+			}
+		}
+	}
+}
+
+// forwardDeadline is F for a produce to topics: the smallest of their
+// routes' deadlines, as the control plane pushed them, else the control
+// plane's own F from the last lease answer, else the agent's option (static
+// routes). The control plane's silent-agent wait counts with the same F, so
+// an agent never keeps a request uncertain longer than the control plane
+// waits for it.
+func (a *Agent) forwardDeadline(topics []string) time.Duration {
+	f := time.Duration(0)
+	for _, t := range topics {
+		if d := a.routes.Lookup(t).ForwardDeadline; d > 0 && (f == 0 || d < f) {
+			f = d
+		}
+	}
+	if f > 0 {
+		return f
+	}
+	if a.cp != nil {
+		if last := a.cp.keeper.Last(); last != nil {
+			if d := last.GetForwardDeadline().AsDuration(); d > 0 {
+				return d
+			}
+		}
+	}
+	return a.cfg.forwardDeadline
+}
