@@ -157,8 +157,11 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 	for _, a := range agents {
 		// Grants given after the last flush were not stored: until proven
 		// otherwise every known agent may have been granted a lease at
-		// any moment up to now.
-		if !a.GrantedAt.IsZero() && a.GrantedAt.Before(start) {
+		// any moment up to now. That includes an agent stored with no
+		// grant: it is stored at its first heartbeat, usually refused (it
+		// had not applied the routes yet), and the grants that followed
+		// may all have been after the last flush.
+		if a.GrantedAt.Before(start) {
 			a.GrantedAt, a.ExpiresAt = start, start.Add(cfg.lease)
 		}
 		cp.agents[a.Node] = &a

@@ -1,8 +1,11 @@
 package controlplane
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 )
 
 // A silent agent is safe only after its lease grant + lease + F, with F the
@@ -39,5 +42,59 @@ func TestSilentAgentWaitUsesTheTopicsForwardDeadline(t *testing.T) {
 					safe, tc.at, p.expired, p.waiting, tc.wantSafe)
 			}
 		})
+	}
+}
+
+// idleReplication is a Replication with nothing to copy.
+type idleReplication struct{}
+
+func (idleReplication) Start(string) error                                    { return nil }
+func (idleReplication) Stop(context.Context, string) (map[int32]int64, error) { return nil, nil }
+func (idleReplication) SetMigrating(string, bool) error                       { return nil }
+func (idleReplication) Lag(string) (time.Duration, error)                     { return 0, nil }
+func (idleReplication) Progress(string) (map[int32]int64, error)              { return nil, nil }
+func (idleReplication) SourceEndOffsets(context.Context, string) (map[int32]int64, error) {
+	return nil, nil
+}
+
+// A control plane that crashed before it stored an agent's newest grant
+// must, after the restart, treat every agent it knows as possibly holding
+// a lease from then: a new agent is stored at its first heartbeat (refused:
+// it had not applied the routes yet), and the grant that followed lived
+// only in memory until the next flush. Found by the cutover simulation.
+func TestRestartCountsEveryKnownAgentAsGranted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	st := NewMemStore()
+	open := func() *ControlPlane {
+		cp, err := New(ctx, WithStore(st), WithReplication(idleReplication{}), Clock(clock), Logger(quiet),
+			Clusters(&batonv1.Cluster{Name: "source"}, &batonv1.Cluster{Name: "destination"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cp
+	}
+	cp := open()
+	if _, err := cp.AddTopic(ctx, TopicSpec{Name: "t"}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	for _, acked := range []uint64{0, cp.Version()} {
+		if _, err := cp.Heartbeat(ctx, &batonv1.HeartbeatRequest{NodeId: "a", AckedVersion: acked}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a := cp.Agents(); len(a) != 1 || !a[0].LeaseValid {
+		t.Fatalf("agent a holds no lease before the crash: %+v", a)
+	}
+	cp.Close() // a crash: no flush
+	now = now.Add(time.Second)
+	cp = open()
+	defer cp.Close()
+	p := cp.pendingAgents("t", cp.Version()+1)
+	if len(p.waiting) != 1 || p.waiting[0].node != "a" {
+		t.Fatalf("after the restart agent a is waiting=%v drained=%v expired=%v; want it waited for (it may still forward)",
+			p.waiting, p.drained, p.expired)
 	}
 }

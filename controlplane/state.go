@@ -51,6 +51,8 @@ var (
 	ErrGateRefused = errors.New("controlplane: cutover gate refused")
 	// ErrClosed: the control plane is shutting down.
 	ErrClosed = errors.New("controlplane: closed")
+	// ErrStoreUnavailable: a MemStore set unavailable refused a write.
+	ErrStoreUnavailable = errors.New("controlplane: store unavailable")
 )
 
 // State is a topic's migration state. The zero value is "not managed".

@@ -1,0 +1,130 @@
+package controlplane
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+)
+
+// MemStore is a Store in memory: for tests and simulations. It outlives
+// the control planes that use it, as etcd does, so a restarted control
+// plane finds what the last one stored.
+type MemStore struct {
+	unavailable atomic.Bool
+
+	mu      sync.Mutex
+	version uint64
+	topics  map[string]Topic
+	agents  map[string]Agent
+	events  []Event
+}
+
+var _ Store = (*MemStore)(nil)
+
+// NewMemStore returns an empty MemStore.
+func NewMemStore() *MemStore {
+	return &MemStore{topics: map[string]Topic{}, agents: map[string]Agent{}}
+}
+
+// SetUnavailable makes every write fail with ErrStoreUnavailable (true)
+// or succeed again (false): a crashed control plane's last writes are lost.
+func (s *MemStore) SetUnavailable(down bool) { s.unavailable.Store(down) }
+
+// Topic returns the stored topic name.
+func (s *MemStore) Topic(name string) (Topic, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.topics[name]
+	return t, ok
+}
+
+// Load implements Store.
+func (s *MemStore) Load(context.Context) (uint64, []Topic, []Agent, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ts := make([]Topic, 0, len(s.topics))
+	for _, t := range s.topics {
+		ts = append(ts, t)
+	}
+	as := make([]Agent, 0, len(s.agents))
+	for _, a := range s.agents {
+		as = append(as, a)
+	}
+	return s.version, ts, as, nil
+}
+
+// PutTopic implements Store.
+func (s *MemStore) PutTopic(_ context.Context, t Topic, version uint64) error {
+	if s.unavailable.Load() {
+		return ErrStoreUnavailable
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.topics[t.Name], s.version = t, version
+	return nil
+}
+
+// DeleteTopic implements Store.
+func (s *MemStore) DeleteTopic(_ context.Context, name string, version uint64) error {
+	if s.unavailable.Load() {
+		return ErrStoreUnavailable
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.topics, name)
+	s.version = version
+	return nil
+}
+
+// PutAgents implements Store.
+func (s *MemStore) PutAgents(_ context.Context, agents []Agent) error {
+	if s.unavailable.Load() {
+		return ErrStoreUnavailable
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, a := range agents {
+		s.agents[a.Node] = a
+	}
+	return nil
+}
+
+// AppendEvent implements Store.
+func (s *MemStore) AppendEvent(_ context.Context, e Event) (Event, error) {
+	if s.unavailable.Load() {
+		return e, ErrStoreUnavailable
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e.Seq = uint64(len(s.events) + 1)
+	s.events = append(s.events, e)
+	return e, nil
+}
+
+// Events implements Store.
+func (s *MemStore) Events(_ context.Context, topic string, after uint64) ([]Event, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Event
+	for _, e := range s.events {
+		if e.Seq > after && (topic == "" || e.Topic == topic) {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+// Follow implements Store: the events after seq, then none (a MemStore
+// does not notify).
+func (s *MemStore) Follow(ctx context.Context, topic string, after uint64) (<-chan Event, error) {
+	evs, _ := s.Events(ctx, topic, after)
+	ch := make(chan Event, len(evs))
+	for _, e := range evs {
+		ch <- e
+	}
+	close(ch)
+	return ch, nil
+}
+
+// Close implements Store.
+func (s *MemStore) Close() error { return nil }
