@@ -38,6 +38,9 @@ type Producer struct {
 	// Start is when it began producing; the first stall is measured from
 	// it.
 	Start time.Time
+	// End is when its client returned; from the last ack to End counts as
+	// a stall (a producer the run had to stop stalled until then).
+	End time.Time
 	// Err is the error the producer's client itself ended with (it could
 	// not run, or crashed); empty when it ran to the end.
 	Err string
@@ -52,7 +55,10 @@ type Ack struct {
 	Offset    int64
 	// Err is the client's error when the record failed; empty when acked.
 	Err string
-	At  time.Time
+	// Unanswered marks a record the client still had no outcome for when
+	// the run stopped it (its Err is the driver's, not the client's).
+	Unanswered bool
+	At         time.Time
 }
 
 // Record is one record read back from a cluster.
@@ -121,6 +127,10 @@ type Report struct {
 	// not hold at the same offset: written to S after replication of T
 	// stopped (or never replicated).
 	LateSourceWrites int
+	// Unanswered counts records still without an outcome when the run
+	// stopped their producer, long after it should have finished: the
+	// producer hung.
+	Unanswered int
 	// Fatal counts records the client failed plus producers whose client
 	// ended with an error: every producer here retries until it succeeds,
 	// so a failure is an error the client gave up on.
@@ -146,10 +156,10 @@ func (r *Report) example(invariant, format string, args ...any) {
 
 // OK says whether no invariant that fails a run is broken: nothing lost,
 // misplaced, reordered or written to S late, no idempotent duplicate and
-// no fatal client error.
+// no fatal client error, no producer left hanging.
 func (r Report) OK() bool {
 	return r.Lost == 0 && r.Misplaced == 0 && r.Reordered == 0 && r.Duplicates == 0 &&
-		r.LateSourceWrites == 0 && r.Fatal == 0
+		r.LateSourceWrites == 0 && r.Fatal == 0 && r.Unanswered == 0
 }
 
 // String renders the report, one invariant a line, with examples.
@@ -169,6 +179,7 @@ func (r Report) String() string {
 	line("plain-duplicates", r.PlainDuplicates)
 	line("late-source-writes", r.LateSourceWrites)
 	line("fatal", r.Fatal)
+	line("unanswered", r.Unanswered)
 	fmt.Fprintf(&b, "  %-18s %s (%s)", "longest-stall", r.MaxStall.Round(time.Millisecond), r.StallProducer)
 	return b.String()
 }
@@ -245,6 +256,11 @@ func Check(in Input) Report {
 			rep.example("fatal", "ack from unknown producer %q", a.Producer)
 			continue
 		}
+		if a.Unanswered {
+			rep.Unanswered++
+			rep.example("unanswered", "%s seq %d (%s): no outcome when the run stopped the producer", a.Producer, a.Seq, p.Client)
+			continue
+		}
 		if a.Err != "" {
 			rep.Failed++
 			rep.Fatal++
@@ -294,6 +310,16 @@ func Check(in Input) Report {
 			continue // compare the next ack with the furthest position seen
 		}
 		lastPos[s], lastSeq[s] = pos, a.Seq
+	}
+
+	for _, p := range in.Producers {
+		last, ok := lastAt[p.ID]
+		if !ok {
+			last = p.Start
+		}
+		if !p.End.IsZero() && !last.IsZero() && p.End.Sub(last) > rep.MaxStall {
+			rep.MaxStall, rep.StallProducer = p.End.Sub(last), p.ID
+		}
 	}
 
 	// Duplicates: every copy of a producer's key beyond the first, in the

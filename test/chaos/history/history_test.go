@@ -60,6 +60,9 @@ func TestCheckFindsEveryViolation(t *testing.T) {
 		{name: "failed record is fatal", acks: append(append([]Ack(nil), cleanAcks...), Ack{Producer: "p0", Seq: 3, Err: "OUT_OF_ORDER_SEQUENCE_NUMBER", At: at(4)}),
 			src:  cleanLog,
 			want: func(r Report) int { return r.Fatal }, field: "fatal"},
+		{name: "hung producer", acks: append(append([]Ack(nil), cleanAcks...), Ack{Producer: "p0", Seq: 3, Err: "driver stopped", Unanswered: true, At: at(90)}),
+			src:  cleanLog,
+			want: func(r Report) int { return r.Unanswered }, field: "unanswered"},
 		{name: "client crash is fatal", producers: []Producer{{ID: "p0", Client: "franz", Idempotent: true, Topic: "t", Start: t0, Err: "exit 1"}},
 			acks: cleanAcks, src: cleanLog,
 			want: func(r Report) int { return r.Fatal }, field: "fatal"},
@@ -107,6 +110,12 @@ func TestCheckLongestStall(t *testing.T) {
 	rep := Check(Input{Producers: []Producer{p}, Acks: acks, Source: map[string][]Record{"t": log}})
 	if rep.MaxStall != 7*time.Second || rep.StallProducer != "p0" || rep.Acked != 3 {
 		t.Fatalf("longest stall %v by %q over %d acks; want 7s by p0 over 3:\n%s", rep.MaxStall, rep.StallProducer, rep.Acked, rep)
+	}
+	// A producer stopped 60 s after its last ack stalled 60 s.
+	p.End = t0.Add(70 * time.Second)
+	rep = Check(Input{Producers: []Producer{p}, Acks: acks, Source: map[string][]Record{"t": log}})
+	if rep.MaxStall != 60*time.Second {
+		t.Fatalf("longest stall %v; want 60s, to the producer's end", rep.MaxStall)
 	}
 }
 
