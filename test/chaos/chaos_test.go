@@ -32,7 +32,7 @@ const (
 	// producerSlack is how long past its last record's due time a
 	// producer may take to get every outcome; the worst cutover (timeout
 	// 10 s) and hold (5 s) fit many times over.
-	producerSlack = 2 * time.Minute
+	producerSlack = time.Minute
 )
 
 // suite is what every run of one TestChaos shares: the binary and the

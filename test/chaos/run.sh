@@ -14,7 +14,7 @@ export BATON_CHAOS_RUNS="$runs"
 [ -n "$dur" ] && export BATON_CHAOS_DURATION="$dur"
 cd "$root"
 # -v streams the timeline; the summary line is held back and printed last.
-go test -race -count=1 -v -run '^TestChaos$' -timeout 0 ./test/chaos/ 2>&1 | tee "$log" | grep -v '^chaos: [0-9]* runs, '
+go test -race -count=1 -v -run '^TestChaos$' -timeout 0 ./test/chaos/ 2>&1 | tee "$log" | grep --line-buffered -v '^chaos: [0-9]* runs, '
 rc=${PIPESTATUS[0]}
 echo "(full output: $log)" >&2
 summary="$(grep '^chaos: [0-9]* runs, ' "$log" | tail -1)"
