@@ -8,7 +8,7 @@ PKGS      ?= ./...
 TESTFLAGS ?= -race -count=1 -timeout 40m
 BIN       := bin/baton
 
-.PHONY: all build test test-deps lint vet staticcheck demo bench proto generate fuzz clean
+.PHONY: all build test test-deps lint vet staticcheck demo bench chaos proto generate fuzz clean
 
 all: build
 
@@ -23,6 +23,7 @@ test: test-deps lint
 
 test-deps:
 	bash test/clients/install.sh
+	bash test/chaos/install.sh
 	bash test/kafka/fetch.sh >/dev/null
 
 lint: vet staticcheck
@@ -40,6 +41,15 @@ demo:
 ## bench: side-by-side benchmarks (through the agent vs direct, ...).
 bench: test-deps
 	$(GO) test $(GOFLAGS) -run '^$$' -bench . -benchtime 1x -timeout 60m $(PKGS)
+
+## chaos: RUNS fault-injection runs (default 5) from SEED (default: the
+## clock), DURATION of producing each (default 40s); ends with one summary
+## line and fails on any loss, reorder, idempotent duplicate or fatal error.
+RUNS     ?= 5
+SEED     ?=
+DURATION ?=
+chaos: test-deps
+	bash test/chaos/run.sh "$(RUNS)" "$(SEED)" "$(DURATION)"
 
 ## fuzz: run each fuzz target for FUZZTIME (default 1m).
 FUZZTIME ?= 1m

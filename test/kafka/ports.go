@@ -149,3 +149,16 @@ func bindZeroPorts(n int) ([]int, error) {
 	}
 	return ports, nil
 }
+
+// ReservePorts returns n distinct free loopback ports, reserved against every
+// other user of this harness on the machine (brokers of other tests, other
+// worktrees) until release is called. Tests that start their own listeners
+// next to Kafka clusters (a control plane, say, which must come back on the
+// same port after a restart) take their ports here.
+func ReservePorts(n int) (ports []int, release func(), err error) {
+	ports, locks, err := reservePorts(n)
+	if err != nil {
+		return nil, nil, err
+	}
+	return ports, locks.release, nil
+}
