@@ -133,6 +133,9 @@ type Agent struct {
 	pids     *pidMap
 	cp       *cpLink // nil with static routes
 	inflight inflight
+	// uncertain holds idempotent batches the source may have written
+	// unanswered (see uncertain.go).
+	uncertain uncertainBatches
 
 	ln      net.Listener
 	adminLn net.Listener

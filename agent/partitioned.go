@@ -195,7 +195,7 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 	shards = r.pins.dropAfterGap(req, shards, codes) // see pin.go
 	// Idempotent batches toward the destination go under the destination
 	// producer id mapped from the client's (see pidmap.go).
-	shards, rewritten := r.mapProducers(ctx, req, shards, codes)
+	shards, rewritten, dups := r.mapProducers(ctx, req, shards, codes)
 	r.pins.noteRefused(req, codes) // see pin.go
 	// Looking up leaders may have taken a while: the lease must still hold
 	// when the bytes leave (the control plane counts a silent agent safe
@@ -265,6 +265,9 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 			results[i] = kmsg.NewProduceResponseTopicPartition()
 			results[i].Partition = parts[i].partition
 			results[i].ErrorCode = codes[i]
+			if off, ok := dups[i]; ok {
+				results[i].BaseOffset = off // already written: see uncertain.go
+			}
 		}
 		var throttle int32
 		hinted := false // a KIP-951 hint names the agent: send its endpoint
@@ -275,6 +278,7 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 				if err != nil {
 					if s.up == r.a.src {
 						srcAnswered = false
+						r.a.noteUncertain(req, s.idx) // see uncertain.go
 					}
 					// Uncertain: it may have been written. Retriable, never success.
 					r.a.log.Debug("produce forward failed", "cluster", s.up.name, "broker", s.addr, "err", err)

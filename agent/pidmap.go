@@ -165,6 +165,18 @@ func (m *pidMap) destination(ctx context.Context, src recordbatch.Producer, p tp
 	return recordbatch.Producer{ID: e.dst.id, Epoch: e.dst.epoch, BaseSeq: d}, nil
 }
 
+// started reports whether src already has a destination stream on p.
+func (m *pidMap) started(src recordbatch.Producer, p tp) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e := m.m[pidKey{src.ID, src.Epoch}]
+	if e == nil {
+		return false
+	}
+	_, ok := e.bases[p]
+	return ok
+}
+
 // makeRoom drops idle mappings (at most every idle/4, or when full), then
 // the least recently used ones while the map is full. Allocations still
 // under way are never dropped. Called with mu held, for a new entry: new
@@ -241,9 +253,13 @@ func (a *Agent) initDestinationPID(ctx context.Context) (int64, int16, error) {
 // batch is a pooled copy, returned by index into the request's flattened
 // partition list; release returns the copies once sent. A partition whose
 // mapping fails gets the retriable error in codes and leaves the shards.
-func (r *router) mapProducers(ctx context.Context, req *kmsg.ProduceRequest, shards []*shard, codes []int16) (_ []*shard, rewritten map[int][]byte) {
+//
+// A partition whose batch is a retry of an uncertain source write that the
+// source holds (see uncertain.go) is answered from dups, with the batch's
+// offset there, and leaves the shards too.
+func (r *router) mapProducers(ctx context.Context, req *kmsg.ProduceRequest, shards []*shard, codes []int16) (_ []*shard, rewritten map[int][]byte, dups map[int]int64) {
 	if req.TransactionID != nil {
-		return shards, nil
+		return shards, nil, nil
 	}
 	var want []bool // by flattened partition index: goes to the destination
 	for _, s := range shards {
@@ -258,7 +274,7 @@ func (r *router) mapProducers(ctx context.Context, req *kmsg.ProduceRequest, sha
 		}
 	}
 	if want == nil { // PROXY and REJECT traffic: nothing to map
-		return shards, nil
+		return shards, nil, nil
 	}
 	var drop map[int]bool
 	actx, cancel := context.WithTimeout(ctx, r.a.cfg.forwardDeadline)
@@ -280,7 +296,19 @@ func (r *router) mapProducers(ctx context.Context, req *kmsg.ProduceRequest, sha
 				i++
 				continue // the broker refuses it as the client wrote it
 			}
-			dst, err := r.a.pids.destination(actx, src, tp{t.Topic, p.Partition})
+			part := tp{t.Topic, p.Partition}
+			if off, ok := r.a.alreadyInSource(actx, src, part, p.Records); ok {
+				if drop == nil {
+					drop = map[int]bool{}
+				}
+				if dups == nil {
+					dups = map[int]int64{}
+				}
+				drop[i], dups[i], codes[i] = true, off, 0
+				i++
+				continue
+			}
+			dst, err := r.a.pids.destination(actx, src, part)
 			if errors.Is(err, errBeforeStream) {
 				r.a.log.Warn("produce to the destination refused: the batch comes before its producer's stream there (a retry from before the mapping was evicted)",
 					"topic", t.Topic, "partition", p.Partition, "producer_id", src.ID, "err", err)
@@ -314,7 +342,32 @@ func (r *router) mapProducers(ctx context.Context, req *kmsg.ProduceRequest, sha
 			i++
 		}
 	}
-	return withoutParts(shards, drop), rewritten
+	return withoutParts(shards, drop), rewritten, dups
+}
+
+// alreadyInSource reports whether a batch about to start its producer's
+// stream toward the destination is a retry of an uncertain source write
+// the source holds, and its offset there (see uncertain.go).
+func (a *Agent) alreadyInSource(ctx context.Context, src recordbatch.Producer, part tp, records []byte) (int64, bool) {
+	if a.pids.started(src, part) {
+		return 0, false // the destination stream dedupes retries from here on
+	}
+	k, ok := batchKey(records, part)
+	if !ok || !a.uncertain.take(k) {
+		return 0, false
+	}
+	off, err := a.findInSource(ctx, k)
+	switch {
+	case err == nil:
+		a.log.Debug("retry of an uncertain write answered from the source's copy", "topic", part.topic,
+			"partition", part.partition, "producer_id", src.ID, "sequence", src.BaseSeq, "offset", off)
+		return off, true
+	case errors.Is(err, errNotInSource):
+	default:
+		a.log.Warn("could not tell whether the source holds a retried batch; writing it to the destination (it may be a duplicate)",
+			"topic", part.topic, "partition", part.partition, "producer_id", src.ID, "sequence", src.BaseSeq, "err", err)
+	}
+	return 0, false
 }
 
 // withoutParts takes the flattened partition indexes in drop out of the

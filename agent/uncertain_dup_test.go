@@ -1,0 +1,161 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/baton-kafka/baton/internal/wait"
+	"github.com/baton-kafka/baton/test/embedded"
+)
+
+// Invariant 7: an idempotent batch the source wrote but whose answer the
+// agent lost (answered retriable), retried by the client after COMPLETE,
+// is not written to the destination again: it is answered with its offset
+// in the source (the replicator's copy sits at the same offset on the
+// destination), and the producer's destination stream starts with the
+// batch after it.
+func TestRetryOfUncertainWriteAfterCompleteIsNotDuplicated(t *testing.T) {
+	t.Parallel()
+	src, err := embedded.Start(embedded.Brokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(src.Close)
+	dst, err := embedded.Start(embedded.Brokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(dst.Close)
+	const topic = "uncertain"
+	routes := NewRouteTable([]Route{{Topic: topic, State: Proxy}})
+	a, err := New(Listen("127.0.0.1:0"), Source(src.Addrs()...), Destination(dst.Addrs()...), Routes(routes),
+		ForwardDeadline(300*time.Millisecond), Logger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	runCtx, stop := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- a.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-ran; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+
+	clients := map[string]*kgo.Client{}
+	for name, c := range map[string]*embedded.Cluster{"source": src, "destination": dst} {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		clients[name] = cl
+		if resp, err := kadm.NewClient(cl).CreateTopic(ctx, 1, 1, nil, topic); err != nil || resp.Err != nil {
+			t.Fatalf("creating %s on the %s: %v %v", topic, name, err, resp.Err)
+		}
+	}
+	end := func(name string) int64 {
+		ends, err := kadm.NewClient(clients[name]).ListEndOffsets(ctx, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, _ := ends.Lookup(topic, 0)
+		return o.Offset
+	}
+	ipid, err := kmsg.NewPtrInitProducerIDRequest().RequestWith(ctx, clients["source"])
+	if err == nil {
+		err = kerr.ErrorForCode(ipid.ErrorCode)
+	}
+	if err != nil {
+		t.Fatalf("InitProducerID: %v", err)
+	}
+	pid, epoch := ipid.ProducerID, ipid.ProducerEpoch
+
+	nc, err := net.Dial("tcp", a.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	br := bufio.NewReader(nc)
+	corr := int32(0)
+	produce := func(seq int32) (int16, int64) {
+		corr++
+		req := kmsg.NewPtrProduceRequest()
+		req.Version, req.Acks, req.TimeoutMillis = 7, -1, 30000
+		req.Topics = []kmsg.ProduceRequestTopic{{Topic: topic, Partitions: []kmsg.ProduceRequestTopicPartition{{
+			Partition: 0, Records: pinTestSeqBatch(fmt.Sprint("seq ", seq), pid, epoch, seq)}}}}
+		frame := kmsg.NewRequestFormatter(kmsg.FormatterClientID("dup-test")).AppendRequest(nil, req, corr)
+		if _, err := nc.Write(frame); err != nil {
+			t.Fatalf("writing produce %d: %v", corr, err)
+		}
+		nc.SetReadDeadline(time.Now().Add(30 * time.Second))
+		var size [4]byte
+		if _, err := io.ReadFull(br, size[:]); err != nil {
+			t.Fatalf("reading response %d: %v", corr, err)
+		}
+		body := make([]byte, binary.BigEndian.Uint32(size[:]))
+		if _, err := io.ReadFull(br, body); err != nil {
+			t.Fatalf("reading response %d: %v", corr, err)
+		}
+		resp := kmsg.NewPtrProduceResponse()
+		resp.Version = 7
+		if err := resp.ReadFrom(body[4:]); err != nil {
+			t.Fatalf("decoding response %d: %v", corr, err)
+		}
+		p := resp.Topics[0].Partitions[0]
+		return p.ErrorCode, p.BaseOffset
+	}
+
+	if code, off := produce(0); code != 0 || off != 0 {
+		t.Fatalf("seq 0 in PROXY: %v at %d", kerr.ErrorForCode(code), off)
+	}
+	// Seq 1 reaches the source, which answers only after the forward
+	// deadline: the agent answers retriable, the source writes it.
+	kc := src.Kfake()
+	release := make(chan struct{})
+	kc.ControlKey(0, func(kmsg.Request) (kmsg.Response, error, bool) {
+		kc.SleepControl(func() { <-release })
+		return nil, nil, false
+	})
+	if code, _ := produce(1); code != kerr.NotLeaderForPartition.Code {
+		t.Fatalf("seq 1 stuck at the source: %v, want NOT_LEADER_OR_FOLLOWER", kerr.ErrorForCode(code))
+	}
+	close(release)
+	wait.For(t, 10*time.Second, "the source writes seq 1", func() string {
+		if e := end("source"); e != 2 {
+			return fmt.Sprintf("source end offset %d", e)
+		}
+		return ""
+	})
+	// The cutover (the replicator's copy of offsets 0 and 1 is left out:
+	// the destination stays empty, so any write of the agent shows).
+	routes.Replace([]Route{{Topic: topic, State: Complete}})
+
+	if code, off := produce(1); code != 0 || off != 1 {
+		t.Fatalf("retry of seq 1 after COMPLETE: %v at offset %d, want success at its source offset 1", kerr.ErrorForCode(code), off)
+	}
+	if e := end("destination"); e != 0 {
+		t.Fatalf("the retry of a batch the source holds was written to the destination (end offset %d)", e)
+	}
+	if code, off := produce(2); code != 0 || off != 0 {
+		t.Fatalf("seq 2 after COMPLETE: %v at %d, want success at the destination's offset 0", kerr.ErrorForCode(code), off)
+	}
+	if e := end("destination"); e != 1 {
+		t.Fatalf("destination end offset %d after seq 2, want 1", e)
+	}
+}
