@@ -3,17 +3,23 @@ package replicator
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// VerifyStall is how long Verify waits for the next record before it gives
-// up on a cluster.
+// VerifyStall is how long Verify waits for progress on a cluster (a record
+// batch decoded or a record returned) before it gives up on it.
 const VerifyStall = 30 * time.Second
+
+// verifyPoll bounds one PollFetches of Verify's reader, so that it checks
+// for progress at least this often.
+const verifyPoll = time.Second
 
 // Mismatch is one difference Verify found.
 type Mismatch struct {
@@ -65,11 +71,11 @@ func VerifyWithOpts(ctx context.Context, source, destination []string, topic, ma
 		return nil, err
 	}
 	m := maps[topic]
-	srcRecs, err := readAll(ctx, source, topic, true, srcOpts)
+	srcRecs, err := readAll(ctx, source, topic, true, srcOpts, VerifyStall)
 	if err != nil {
 		return nil, fmt.Errorf("reading the source: %w", err)
 	}
-	dstRecs, err := readAll(ctx, destination, topic, false, dstOpts)
+	dstRecs, err := readAll(ctx, destination, topic, false, dstOpts, VerifyStall)
 	if err != nil {
 		return nil, fmt.Errorf("reading the destination: %w", err)
 	}
@@ -141,7 +147,7 @@ func diffRecord(a, b *kgo.Record) string {
 // reached its end offset (the last stable offset when committed). Control
 // records are read, so that a log ending in a transaction marker reaches its
 // end, and left out of the result.
-func readAll(ctx context.Context, seeds []string, topic string, committed bool, opts []kgo.Opt) ([][]*kgo.Record, error) {
+func readAll(ctx context.Context, seeds []string, topic string, committed bool, opts []kgo.Opt, stall time.Duration) ([][]*kgo.Record, error) {
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(seeds...)}, opts...)...)
 	if err != nil {
 		return nil, err
@@ -178,14 +184,20 @@ func readAll(ctx context.Context, seeds []string, topic string, committed bool, 
 	if committed {
 		iso = kgo.ReadCommitted()
 	}
+	// franz-go returns a fetch only once it has decoded all of it, which
+	// for many small compressed batches can take longer than stall (lz4
+	// under the race detector: milliseconds per batch). A decoded batch is
+	// progress as much as a returned record is.
+	var progress batchProgress
+	progress.mark()
 	cl, err = kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(seeds...), kgo.FetchIsolationLevel(iso), kgo.KeepControlRecords(),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: want})}, opts...)...)
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: want}), kgo.WithHooks(&progress)}, opts...)...)
 	if err != nil {
 		return nil, err
 	}
 	defer cl.Close()
 	for len(remaining) > 0 {
-		pctx, cancel := context.WithTimeout(ctx, VerifyStall)
+		pctx, cancel := context.WithTimeout(ctx, min(stall, verifyPoll))
 		fs := cl.PollFetches(pctx)
 		cancel()
 		if err := ctx.Err(); err != nil {
@@ -194,10 +206,9 @@ func readAll(ctx context.Context, seeds []string, topic string, committed bool, 
 		if fs.IsClientClosed() {
 			break
 		}
-		got := false
 		var ferr error
 		fs.EachError(func(_ string, _ int32, err error) {
-			if err != context.DeadlineExceeded {
+			if !errors.Is(err, context.DeadlineExceeded) {
 				ferr = err
 			}
 		})
@@ -205,7 +216,7 @@ func readAll(ctx context.Context, seeds []string, topic string, committed bool, 
 			return nil, ferr
 		}
 		fs.EachRecord(func(r *kgo.Record) {
-			got = true
+			progress.mark()
 			if !r.Attrs.IsControl() {
 				out[r.Partition] = append(out[r.Partition], r)
 			}
@@ -213,12 +224,25 @@ func readAll(ctx context.Context, seeds []string, topic string, committed bool, 
 				delete(remaining, r.Partition)
 			}
 		})
-		if !got {
-			return nil, fmt.Errorf("no record for %v with partitions %v not read to their end", VerifyStall, remaining)
+		if len(remaining) > 0 && progress.since() > stall {
+			return nil, fmt.Errorf("no record batch read for %v with partitions %v not read to their end", stall, remaining)
 		}
 	}
 	for _, rs := range out {
 		sort.Slice(rs, func(i, j int) bool { return rs[i].Offset < rs[j].Offset })
 	}
 	return out, nil
+}
+
+// batchProgress is a kgo hook noting when the client last decoded a record
+// batch (or the reader took a record).
+type batchProgress struct{ last atomic.Int64 } // unix nanoseconds
+
+func (p *batchProgress) mark() { p.last.Store(time.Now().UnixNano()) }
+
+func (p *batchProgress) since() time.Duration { return time.Since(time.Unix(0, p.last.Load())) }
+
+// OnFetchBatchRead implements kgo.HookFetchBatchRead.
+func (p *batchProgress) OnFetchBatchRead(kgo.BrokerMetadata, string, int32, kgo.FetchBatchMetrics) {
+	p.mark()
 }

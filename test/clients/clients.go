@@ -47,6 +47,15 @@ type ProduceConfig struct {
 	// KeyPrefix prefixes the key of record i: KeyPrefix + "-" + i. The value
 	// is Value(KeyPrefix, i).
 	KeyPrefix string
+	// PauseAt, above 0 and below Records, splits the run in two: the client
+	// sends records [0, PauseAt), then waits until Resume is closed before
+	// it sends record PauseAt and the rest (paced at Rate again from then).
+	// A test thereby orders an event of its own (a route change) before the
+	// second part instead of racing a client whose speed it cannot know.
+	// 0 (the default) sends every record without a pause.
+	PauseAt int
+	// Resume releases a run paused at PauseAt; it MUST be set with PauseAt.
+	Resume <-chan struct{}
 }
 
 // Ack is the outcome of one record, as the client reported it.

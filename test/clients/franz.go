@@ -67,7 +67,7 @@ func (f Franz) Produce(ctx context.Context, cfg ProduceConfig, onAck func(Ack)) 
 	fed := make(chan struct{})
 	go func() {
 		defer close(fed)
-		p := newPacer(cfg.Rate)
+		p := newPacer(cfg)
 		for seq := 0; seq < cfg.Records; seq++ {
 			if p.wait(feedCtx, seq) != nil {
 				return

@@ -111,6 +111,14 @@ func (j Java) Produce(ctx context.Context, cfg ProduceConfig, onAck func(Ack)) e
 	if cfg.Headers {
 		args = append(args, "--headers")
 	}
+	resume, stopResume, err := resumeFile(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer stopResume()
+	if resume != "" {
+		args = append(args, "--pause-at", strconv.Itoa(cfg.PauseAt), "--resume-file", resume)
+	}
 	return produceWithScript(ctx, scriptRun{
 		client:  "java",
 		path:    java,

@@ -70,6 +70,11 @@ func (k Kafkajs) Produce(ctx context.Context, cfg ProduceConfig, onAck func(Ack)
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "kafkajs", "package.json")); err != nil {
 		return fmt.Errorf("%w: kafkajs: package not installed in %s: %s", ErrUnavailable, dir, kafkajsInstall)
 	}
+	resume, stopResume, err := resumeFile(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer stopResume()
 	arg, err := json.Marshal(scriptConfig{
 		Client:      "kafkajs",
 		Bootstrap:   cfg.Bootstrap,
@@ -80,6 +85,8 @@ func (k Kafkajs) Produce(ctx context.Context, cfg ProduceConfig, onAck func(Ack)
 		Compression: codecName(cfg.Compression),
 		Headers:     cfg.Headers,
 		KeyPrefix:   cfg.KeyPrefix,
+		PauseAt:     cfg.PauseAt,
+		ResumeFile:  resume,
 	})
 	if err != nil {
 		return fmt.Errorf("clients: kafkajs: %w", err)

@@ -128,7 +128,7 @@ func (k Kcat) Produce(ctx context.Context, cfg ProduceConfig, onAck func(Ack)) e
 		args:   args,
 		feed: func(ctx context.Context, w io.Writer) error {
 			bw := bufio.NewWriter(w)
-			p := newPacer(cfg.Rate)
+			p := newPacer(cfg)
 			for seq := 0; seq < cfg.Records; seq++ {
 				if err := p.wait(ctx, seq); err != nil {
 					return err
@@ -137,8 +137,8 @@ func (k Kcat) Produce(ctx context.Context, cfg ProduceConfig, onAck func(Ack)) e
 					return err
 				}
 				// Unpaced, let bufio batch the writes; paced, hand each
-				// line over when it is due.
-				if cfg.Rate > 0 || seq == cfg.Records-1 {
+				// line over when it is due; everything before a pause.
+				if cfg.Rate > 0 || seq == cfg.Records-1 || seq+1 == cfg.PauseAt {
 					if err := bw.Flush(); err != nil {
 						return err
 					}

@@ -71,6 +71,11 @@ func (p Python) Produce(ctx context.Context, cfg ProduceConfig, onAck func(Ack))
 	if _, err := os.Stat(script); err != nil {
 		return fmt.Errorf("clients: python: driver script missing: %w", err)
 	}
+	resume, stopResume, err := resumeFile(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer stopResume()
 	arg, err := json.Marshal(scriptConfig{
 		Client:      "python",
 		Bootstrap:   cfg.Bootstrap,
@@ -81,6 +86,8 @@ func (p Python) Produce(ctx context.Context, cfg ProduceConfig, onAck func(Ack))
 		Compression: codecName(cfg.Compression),
 		Headers:     cfg.Headers,
 		KeyPrefix:   cfg.KeyPrefix,
+		PauseAt:     cfg.PauseAt,
+		ResumeFile:  resume,
 	})
 	if err != nil {
 		return fmt.Errorf("clients: python: %w", err)

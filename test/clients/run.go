@@ -37,6 +37,10 @@ func checkProduceConfig(cfg ProduceConfig) error {
 		return fmt.Errorf("clients: ProduceConfig.Rate must not be negative, got %d", cfg.Rate)
 	case !codecs[cfg.Compression]:
 		return fmt.Errorf("clients: unknown compression %q (want none, gzip, snappy, lz4 or zstd)", cfg.Compression)
+	case cfg.PauseAt < 0 || cfg.PauseAt >= cfg.Records && cfg.PauseAt != 0:
+		return fmt.Errorf("clients: ProduceConfig.PauseAt must be 0 or in [1, Records=%d), got %d", cfg.Records, cfg.PauseAt)
+	case cfg.PauseAt > 0 && cfg.Resume == nil:
+		return errors.New("clients: ProduceConfig.PauseAt is set but Resume is nil")
 	}
 	return nil
 }
@@ -61,16 +65,30 @@ func bootstrapList(s string) []string {
 }
 
 // pacer spaces records rate per second from a start time (no catch-up
-// limit: a sender that fell behind sends at once until it is on time).
+// limit: a sender that fell behind sends at once until it is on time), and
+// holds record pauseAt back until resume is closed; the records after it
+// are paced from the resumption.
 type pacer struct {
-	start time.Time
-	rate  int
+	start   time.Time
+	rate    int
+	pauseAt int
+	resume  <-chan struct{}
 }
 
-func newPacer(rate int) pacer { return pacer{start: time.Now(), rate: rate} }
+func newPacer(cfg ProduceConfig) *pacer {
+	return &pacer{start: time.Now(), rate: cfg.Rate, pauseAt: cfg.PauseAt, resume: cfg.Resume}
+}
 
 // wait blocks until record seq is due or ctx ends.
-func (p pacer) wait(ctx context.Context, seq int) error {
+func (p *pacer) wait(ctx context.Context, seq int) error {
+	if p.pauseAt > 0 && seq == p.pauseAt {
+		select {
+		case <-p.resume:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		p.start = time.Now().Add(-time.Duration(int64(seq) * int64(time.Second) / int64(max(p.rate, 1))))
+	}
 	if p.rate <= 0 {
 		return ctx.Err()
 	}
@@ -337,6 +355,40 @@ type scriptConfig struct {
 	Compression string `json:"compression"`
 	Headers     bool   `json:"headers"`
 	KeyPrefix   string `json:"keyPrefix"`
+	// PauseAt and ResumeFile: the script sends records [0, pauseAt), then
+	// waits (serving its client's callbacks) until resumeFile exists.
+	PauseAt    int    `json:"pauseAt,omitempty"`
+	ResumeFile string `json:"resumeFile,omitempty"`
+}
+
+// resumeFile is how a child-process driver learns that a paused run
+// (cfg.PauseAt) may go on: a file that appears once cfg.Resume is closed.
+// It returns "" when cfg does not pause. stop removes the file's directory
+// and MUST be called when the run ends.
+func resumeFile(ctx context.Context, cfg ProduceConfig) (path string, stop func(), err error) {
+	if cfg.PauseAt <= 0 {
+		return "", func() {}, nil
+	}
+	dir, err := os.MkdirTemp("", "baton-resume-*")
+	if err != nil {
+		return "", nil, fmt.Errorf("clients: a directory for the resume file: %w", err)
+	}
+	path = filepath.Join(dir, "resume")
+	ctx, cancel := context.WithCancel(ctx)
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		select {
+		case <-cfg.Resume:
+			_ = os.WriteFile(path, nil, 0o644) // empty: existing is the signal
+		case <-ctx.Done():
+		}
+	}()
+	return path, func() {
+		cancel()
+		<-written
+		_ = os.RemoveAll(dir)
+	}, nil
 }
 
 // scriptAck is one line a script driver prints on stdout per record.

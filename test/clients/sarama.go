@@ -72,7 +72,7 @@ func (s Sarama) Produce(ctx context.Context, cfg ProduceConfig, onAck func(Ack))
 	fed := make(chan struct{})
 	go func() {
 		defer close(fed)
-		pc := newPacer(cfg.Rate)
+		pc := newPacer(cfg)
 		for seq := 0; seq < cfg.Records; seq++ {
 			if pc.wait(feedCtx, seq) != nil {
 				return

@@ -97,7 +97,12 @@ func TestCutoverEveryClient(t *testing.T) {
 }
 
 const (
-	cutoverRecords    = 600
+	cutoverRecords = 600
+	// cutoverPauseAt is the first record a client sends only after
+	// MIGRATING, which the test pushes once a third of the records are
+	// acked: a margin of a sixth for acks a client reports late (kcat
+	// prints a burst's delivery reports when it reads the next one).
+	cutoverPauseAt    = cutoverRecords / 2
 	cutoverRate       = 120 // records per second: 5 s per run
 	cutoverPartitions = 3
 )
@@ -130,6 +135,11 @@ func cutoverCase(t *testing.T, s cutoverSpec) {
 	rec := newCutoverRecorder(topic)
 	addr := startCutoverAgent(t, ctx, what, s.src, s.dst, routes, reg, rec)
 
+	// The second half of the run waits for MIGRATING: a client that got
+	// ahead of the test (a loaded machine, acks reported in bursts) would
+	// otherwise send every record to the source before the cutover began.
+	migrating := make(chan struct{})
+	resume := sync.OnceFunc(func() { close(migrating) })
 	cfg := clients.ProduceConfig{
 		Bootstrap:  addr,
 		Topic:      topic,
@@ -138,6 +148,8 @@ func cutoverCase(t *testing.T, s cutoverSpec) {
 		Idempotent: s.idempotent,
 		Headers:    s.client.Headers,
 		KeyPrefix:  what,
+		PauseAt:    cutoverPauseAt,
+		Resume:     migrating,
 	}
 
 	select {
@@ -199,6 +211,7 @@ func cutoverCase(t *testing.T, s cutoverSpec) {
 		routes.Replace([]agent.Route{{Topic: topic, State: agent.Migrating, Mode: agent.Hold}})
 		rec.mark(&rec.migratingAt)
 		ackedAtMigrating = int(acked.Load())
+		resume()
 		// Drained by the forward deadline at the latest, well inside the
 		// hold's 5 s: a request received just before MIGRATING but held
 		// would not be answered before COMPLETE, so the wait ends anyway.
@@ -208,6 +221,7 @@ func cutoverCase(t *testing.T, s cutoverSpec) {
 	}
 	// COMPLETE in every case (a failed wait above included), so that held
 	// requests are released and the producer ends.
+	resume()
 	if !finished {
 		routes.Replace([]agent.Route{{Topic: topic, State: agent.Complete}})
 		rec.mark(&rec.completeAt)
@@ -229,8 +243,8 @@ func cutoverCase(t *testing.T, s cutoverSpec) {
 
 	mapped := int(gauge(t, reg, "baton_agent_producer_ids"))
 	answers, errs, migratingAt, completeAt := rec.snapshot()
-	t.Logf("%s: MIGRATING after %d acks, COMPLETE %s later; %d produce partitions answered with an error by the agent %v; %d destination producer ids mapped",
-		name, ackedAtMigrating, completeAt.Sub(migratingAt).Round(time.Millisecond), sum(errs), errs, mapped)
+	t.Logf("%s: MIGRATING after %d acks, COMPLETE %s; %d produce partitions answered with an error by the agent %v; %d destination producer ids mapped",
+		name, ackedAtMigrating, describeLater(migratingAt, completeAt), sum(errs), errs, mapped)
 	// One source producer session across the cutover: a client that
 	// re-initialised or bumped its epoch (Java does on a sequence error)
 	// shows up as a second mapping.
@@ -250,6 +264,19 @@ func cutoverCase(t *testing.T, s cutoverSpec) {
 	if err := checkCutover(got, cfg, srcRecs, dstRecs, answers, errs, migratingAt, completeAt, drained); err != nil {
 		t.Errorf("%s across the cutover (%s): %v", name, s.target, err)
 	}
+}
+
+// describeLater says when then came after first: "<d> later", or "never"
+// when then is unset, or "without MIGRATING" when first is; a zero
+// time.Time subtracted would print as ±2562047h.
+func describeLater(first, then time.Time) string {
+	switch {
+	case then.IsZero():
+		return "never"
+	case first.IsZero():
+		return "without MIGRATING"
+	}
+	return then.Sub(first).Round(time.Millisecond).String() + " later"
 }
 
 func sum(m map[int32]int) int {

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/test/clients"
 )
 
@@ -39,7 +40,8 @@ func TestLeaderMoves(t *testing.T) {
 			moves := &moveLog{}
 			moveCtx, stopMoves := context.WithCancel(ctx)
 			moverDone := make(chan error, 1)
-			go func() { moverDone <- moves.run(moveCtx, mover) }()
+			moverStopped := make(chan struct{})
+			go func() { moverDone <- moves.run(moveCtx, mover); close(moverStopped) }()
 
 			// franz-go, Java and librdkafka (kcat's 2.0.2 and the Python
 			// client's own) retry a leader move for as long as it takes.
@@ -67,10 +69,18 @@ func TestLeaderMoves(t *testing.T) {
 					Headers:    p.Headers,
 					KeyPrefix:  "moves-" + p.Name(),
 				}
+				// The second half waits for a leader move after the run
+				// began: a client quicker than the moves (real Kafka's wait
+				// for a full ISR on a loaded machine) would otherwise end
+				// before any, and the check below would fail.
+				resume := make(chan struct{})
+				cfgs[i].PauseAt, cfgs[i].Resume = cfgs[i].Records/2, resume
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					acks[i] = produceNoFatal(t, ctx, p, cfgs[i], &starts[i])
+					acks[i] = produceNoFatal(t, ctx, p, cfgs[i], &starts[i], func(start time.Time) {
+						resumeAfterMove(ctx, moves, start, moverStopped, resume)
+					})
 				}()
 			}
 			wg.Wait()
@@ -112,7 +122,7 @@ func TestLeaderMoves(t *testing.T) {
 
 // produceNoFatal is produce for a goroutine other than the test's: it
 // reports failures with t.Errorf and returns nil acks.
-func produceNoFatal(t *testing.T, ctx context.Context, p clients.Producer, cfg clients.ProduceConfig, start *time.Time) []clients.Ack {
+func produceNoFatal(t *testing.T, ctx context.Context, p clients.Producer, cfg clients.ProduceConfig, start *time.Time, started func(time.Time)) []clients.Ack {
 	select {
 	case runSlots <- struct{}{}:
 	case <-ctx.Done():
@@ -122,6 +132,7 @@ func produceNoFatal(t *testing.T, ctx context.Context, p clients.Producer, cfg c
 	defer func() { <-runSlots }()
 	var acks []clients.Ack
 	*start = time.Now()
+	go started(*start)
 	err := p.Produce(ctx, cfg, func(a clients.Ack) { acks = append(acks, a) })
 	if errors.Is(err, clients.ErrUnavailable) {
 		t.Errorf("%s is not installed (make test runs test/clients/install.sh): %v", p.Name(), err)
@@ -142,6 +153,23 @@ func lastAck(acks []clients.Ack) time.Time {
 		}
 	}
 	return last
+}
+
+// resumeAfterMove closes resume once a leader move was seen done after
+// from, or the mover stopped, or ctx ended.
+func resumeAfterMove(ctx context.Context, moves *moveLog, from time.Time, moverStopped <-chan struct{}, resume chan<- struct{}) {
+	defer close(resume)
+	tick := time.NewTicker(wait.Poll)
+	defer tick.Stop()
+	for moves.between(from, time.Now()) == 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-moverStopped:
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // moveLog runs a mover in rounds and remembers when each move was seen

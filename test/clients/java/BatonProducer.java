@@ -11,12 +11,14 @@
 //
 //   java -cp CLASSES:KAFKA_JARS BatonProducer --producer-config FILE
 //        --topic T --records N [--rate R] [--key-prefix P] [--headers]
-//        [--client NAME]
+//        [--client NAME] [--pause-at N --resume-file FILE]
 //
 // The producer config file carries bootstrap.servers, acks, idempotence and
 // compression. Record i has key P-i, value "value of P-i" and, with
 // --headers, the headers baton-client=NAME and baton-seq=i. Every record is
 // reported exactly once, whether its send callback fires or send() throws.
+// With --pause-at, records from N on wait until FILE exists (paced again
+// from then).
 // Nothing but ack lines goes to stdout (logging goes to stderr).
 
 import java.io.BufferedOutputStream;
@@ -26,6 +28,8 @@ import java.io.FileOutputStream;
 import java.io.InputStream;
 import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Paths;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Properties;
@@ -59,7 +63,8 @@ public final class BatonProducer {
         System.setOut(System.err);
 
         String configFile = null, topic = null, prefix = "", client = "java";
-        int records = -1, rate = 0;
+        String resumeFile = null;
+        int records = -1, rate = 0, pauseAt = 0;
         boolean headers = false;
         for (int i = 0; i < args.length; i++) {
             switch (args[i]) {
@@ -69,6 +74,8 @@ public final class BatonProducer {
                 case "--rate": rate = Integer.parseInt(args[++i]); break;
                 case "--key-prefix": prefix = args[++i]; break;
                 case "--client": client = args[++i]; break;
+                case "--pause-at": pauseAt = Integer.parseInt(args[++i]); break;
+                case "--resume-file": resumeFile = args[++i]; break;
                 case "--headers": headers = true; break;
                 default:
                     System.err.println("BatonProducer: unknown argument " + args[i]);
@@ -77,6 +84,10 @@ public final class BatonProducer {
         }
         if (configFile == null || topic == null || records < 1 || rate < 0) {
             System.err.println("BatonProducer: need --producer-config, --topic, --records >= 1 (and --rate >= 0)");
+            System.exit(2);
+        }
+        if (pauseAt < 0 || (pauseAt > 0 && resumeFile == null)) {
+            System.err.println("BatonProducer: --pause-at needs a value >= 0 and, above 0, --resume-file");
             System.exit(2);
         }
 
@@ -92,6 +103,16 @@ public final class BatonProducer {
         try (KafkaProducer<String, String> producer = new KafkaProducer<>(props)) {
             long start = System.nanoTime();
             for (int seq = 0; seq < records; seq++) {
+                if (pauseAt > 0 && seq == pauseAt) {
+                    // Callbacks run on the producer's I/O thread: acks keep
+                    // coming while this one waits.
+                    while (!Files.exists(Paths.get(resumeFile))) {
+                        LockSupport.parkNanos(TimeUnit.MILLISECONDS.toNanos(20));
+                    }
+                    if (rate > 0) {
+                        start = System.nanoTime() - (long) ((double) seq * TimeUnit.SECONDS.toNanos(1) / rate);
+                    }
+                }
                 if (rate > 0) {
                     long due = start + (long) ((double) seq * TimeUnit.SECONDS.toNanos(1) / rate);
                     for (long wait; (wait = due - System.nanoTime()) > 0; ) {

@@ -6,7 +6,8 @@
 //
 // Usage: node produce.js '<json config>' where the config has client,
 // bootstrap, topic, records, rate, idempotent, compression, headers,
-// keyPrefix.
+// keyPrefix and, for a paused run, pauseAt and resumeFile: records from
+// pauseAt on wait until resumeFile exists.
 //
 // kafkajs's send() answers one baseOffset per partition, not per record.
 // Records go out in sequential send() calls (never two at once: the
@@ -16,6 +17,8 @@
 // batch in the order given, so the k-th message of partition P in a send
 // has offset baseOffset(P) + k.
 'use strict'
+
+const fs = require('fs')
 
 let kafkajs
 try {
@@ -126,11 +129,18 @@ async function sendBatch(first, end) {
 async function main() {
   const n = cfg.records
   const rate = cfg.rate || 0
+  const pauseAt = cfg.pauseAt || 0
   await producer.connect()
-  const start = process.hrtime.bigint()
+  let start = process.hrtime.bigint()
   const elapsedMs = () => Number(process.hrtime.bigint() - start) / 1e6
   let next = 0
   while (next < n) {
+    if (pauseAt > 0 && next === pauseAt) {
+      while (!fs.existsSync(cfg.resumeFile)) await sleep(20)
+      // Paced again from the resumption: record seq is due seq/rate after
+      // a start moved forward by the pause.
+      if (rate > 0) start = process.hrtime.bigint() - BigInt(Math.round((next * 1e9) / rate))
+    }
     let due = n
     if (rate > 0) {
       // Records due by now: seq is due at seq/rate seconds.
@@ -140,7 +150,8 @@ async function main() {
         continue
       }
     }
-    const end = Math.min(due, next + BATCH)
+    let end = Math.min(due, next + BATCH)
+    if (pauseAt > next) end = Math.min(end, pauseAt)
     await sendBatch(next, end)
     next = end
   }

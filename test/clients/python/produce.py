@@ -7,10 +7,13 @@ JSON line per delivery callback on stdout:
 {"seq":N,"key":K,"error":E} on failure. Logs go to stderr.
 
 Usage: produce.py '<json config>' where the config has client, bootstrap,
-topic, records, rate, idempotent, compression, headers, keyPrefix.
+topic, records, rate, idempotent, compression, headers, keyPrefix and, for a
+paused run, pauseAt and resumeFile: records from pauseAt on wait until
+resumeFile exists.
 """
 
 import json
+import os
 import sys
 import time
 
@@ -64,8 +67,15 @@ def main() -> int:
 
         return cb
 
+    pause_at = int(cfg.get("pauseAt") or 0)
+    resume_file = cfg.get("resumeFile") or ""
     start = time.monotonic()
     for seq in range(n):
+        if pause_at > 0 and seq == pause_at:
+            while not os.path.exists(resume_file):
+                producer.poll(0.02)  # serves delivery callbacks while paused
+            if rate > 0:
+                start = time.monotonic() - seq / rate
         if rate > 0:
             due = start + seq / rate
             while True:
