@@ -106,7 +106,8 @@ func Routes(t *RouteTable) Opt { return optFunc(func(c *config) { c.routes = t }
 func MaxFrameBytes(n int32) Opt { return optFunc(func(c *config) { c.maxFrame = n }) }
 
 // ConnBufferedBytes bounds the request bytes one connection has read but
-// not yet answered, pipelined requests included, overriding 100 MiB. At the
+// not yet answered, pipelined requests included, overriding 100 MiB (or
+// BufferedBytes, when that is lower). At the
 // bound the agent stops reading from the connection until answers free
 // space (TCP back-pressure); a single frame larger than the bound closes
 // the connection.
@@ -185,7 +186,6 @@ func New(opts ...Opt) (*Agent, error) {
 	cfg := config{
 		listen:          DefaultListen,
 		maxFrame:        DefaultMaxFrameBytes,
-		connBuffered:    DefaultConnBuffered,
 		buffered:        DefaultBuffered,
 		frameTimeout:    DefaultFrameTimeout,
 		idleTimeout:     DefaultIdleTimeout,
@@ -200,6 +200,9 @@ func New(opts ...Opt) (*Agent, error) {
 	}
 	if cfg.log == nil {
 		cfg.log = slog.Default()
+	}
+	if cfg.connBuffered == 0 {
+		cfg.connBuffered = min(DefaultConnBuffered, cfg.buffered)
 	}
 	if cfg.registry == nil {
 		cfg.registry = prometheus.NewRegistry()

@@ -100,7 +100,7 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 	f.StringVar(&destination, "destination", "", "destination cluster bootstrap brokers, comma-separated (required)")
 	f.StringVar(&routesFile, "routes", "", "static route file (YAML); topics not listed pass through to the source")
 	f.Int32Var(&maxFrame, "max-frame-bytes", agent.DefaultMaxFrameBytes, "largest request frame accepted; larger closes the connection")
-	f.Int64Var(&connBuffered, "conn-buffered-bytes", agent.DefaultConnBuffered, "request bytes one connection may have read and not yet answered; reading pauses at the bound, a larger frame closes the connection")
+	f.Int64Var(&connBuffered, "conn-buffered-bytes", 0, "request bytes one connection may have read and not yet answered; reading pauses at the bound, a larger frame closes the connection (default 100 MiB, or --buffered-bytes if lower)")
 	f.Int64Var(&buffered, "buffered-bytes", agent.DefaultBuffered, "request bytes all connections together may have read and not yet answered; reading pauses at the bound")
 	f.DurationVar(&frameTimeout, "frame-timeout", agent.DefaultFrameTimeout, "a request frame not finished this long after its first byte closes its connection")
 	f.DurationVar(&idleTimeout, "idle-timeout", agent.DefaultIdleTimeout, "a connection that sends no request this long is closed")
