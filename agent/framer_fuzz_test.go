@@ -17,7 +17,9 @@ import (
 // the buffer budget never goes past its bounds and is all back once the
 // frames are released, and the stream ends in EOF or a frame error.
 func FuzzFrameReader(f *testing.F) {
-	frame := func(body []byte) []byte { return append(binary.BigEndian.AppendUint32(nil, uint32(len(body))), body...) }
+	frame := func(body []byte) []byte {
+		return append(binary.BigEndian.AppendUint32(nil, uint32(len(body))), body...)
+	}
 	f.Add(append(frame(make([]byte, 10)), frame(make([]byte, 3000))...))
 	f.Add(binary.BigEndian.AppendUint32(nil, 1<<30))
 	f.Add([]byte{0, 0, 0, 5, 1, 2, 3, 4, 5})
