@@ -8,7 +8,7 @@ PKGS      ?= ./...
 TESTFLAGS ?= -race -count=1 -timeout 40m
 BIN       := bin/baton
 
-.PHONY: all build test test-deps lint vet staticcheck demo bench chaos proto generate fuzz clean
+.PHONY: all build test test-deps lint vet staticcheck demo bench chaos proto generate fuzz fuzz-short clean
 
 all: build
 
@@ -16,9 +16,10 @@ build:
 	$(GO) build $(GOFLAGS) -o $(BIN) ./cmd/baton
 
 ## test: everything CI runs. Installs the client matrix and the Kafka jars,
-## then lint, then every Go test with -race (embedded kfake and real Apache
-## Kafka clusters are started by the tests themselves).
-test: test-deps lint
+## then lint, then a short run of every fuzz target, then every Go test with
+## -race (embedded kfake and real Apache Kafka clusters are started by the
+## tests themselves).
+test: test-deps lint fuzz-short
 	$(GO) test $(GOFLAGS) $(TESTFLAGS) $(PKGS)
 
 test-deps:
@@ -51,7 +52,8 @@ DURATION ?=
 chaos: test-deps
 	bash test/chaos/run.sh "$(RUNS)" "$(SEED)" "$(DURATION)"
 
-## fuzz: run each fuzz target for FUZZTIME (default 1m).
+## fuzz: run each fuzz target for FUZZTIME (default 1m). `go test -fuzz`
+## takes one target per invocation, hence the loop.
 FUZZTIME ?= 1m
 fuzz:
 	@for f in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u); do \
@@ -59,6 +61,10 @@ fuzz:
 	    echo "== $$f $$t"; $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$f || exit 1; \
 	  done; \
 	done
+
+## fuzz-short: every fuzz target for 10s, as part of `make test`.
+fuzz-short:
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=10s
 
 ## proto: regenerate api/baton/v1 with protoc and plugins pinned in go.mod.
 proto:

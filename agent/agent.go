@@ -36,6 +36,10 @@ import (
 const (
 	DefaultListen          = "127.0.0.1:9092"
 	DefaultMaxFrameBytes   = 100 << 20
+	DefaultConnBuffered    = 100 << 20
+	DefaultBuffered        = 256 << 20
+	DefaultFrameTimeout    = 30 * time.Second
+	DefaultIdleTimeout     = 10 * time.Minute
 	DefaultForwardDeadline = 2 * time.Second
 	DefaultUpstreamConns   = 2
 	DefaultNodeID          = 0
@@ -59,6 +63,10 @@ type config struct {
 	destination     []string
 	routes          *RouteTable
 	maxFrame        int32
+	connBuffered    int64
+	buffered        int64
+	frameTimeout    time.Duration
+	idleTimeout     time.Duration
 	forwardDeadline time.Duration
 	upstreamConns   int
 	nodeID          int32
@@ -97,6 +105,31 @@ func Routes(t *RouteTable) Opt { return optFunc(func(c *config) { c.routes = t }
 // closes its connection.
 func MaxFrameBytes(n int32) Opt { return optFunc(func(c *config) { c.maxFrame = n }) }
 
+// ConnBufferedBytes bounds the request bytes one connection has read but
+// not yet answered, pipelined requests included, overriding 100 MiB (or
+// BufferedBytes, when that is lower). At the
+// bound the agent stops reading from the connection until answers free
+// space (TCP back-pressure); a single frame larger than the bound closes
+// the connection.
+func ConnBufferedBytes(n int64) Opt { return optFunc(func(c *config) { c.connBuffered = n }) }
+
+// BufferedBytes bounds the request bytes read but not yet answered across
+// all connections, overriding 256 MiB. At the bound the agent stops
+// reading from connections until answers free space. Buffers come in
+// power-of-two sizes, so the heap they take can reach about twice this.
+func BufferedBytes(n int64) Opt { return optFunc(func(c *config) { c.buffered = n }) }
+
+// FrameTimeout bounds how long a request frame may take to arrive once its
+// first byte has, overriding 30 s (a client's request timeout); a frame not
+// finished in time closes its connection. Time spent waiting for the
+// connection's earlier requests to be answered does not count; waiting for
+// agent-wide buffer space (BufferedBytes) does.
+func FrameTimeout(d time.Duration) Opt { return optFunc(func(c *config) { c.frameTimeout = d }) }
+
+// IdleTimeout closes a connection that sends no request for this long,
+// overriding 10 minutes (Kafka's connections.max.idle.ms).
+func IdleTimeout(d time.Duration) Opt { return optFunc(func(c *config) { c.idleTimeout = d }) }
+
 // ForwardDeadline bounds a forwarded produce, overriding 2 s: a produce not
 // answered upstream in time is answered with the retriable error.
 func ForwardDeadline(d time.Duration) Opt {
@@ -129,6 +162,7 @@ type Agent struct {
 	dst      *upstream
 	nodeID   int32
 	metrics  *metrics
+	budget   *requestBudget
 	epochs   *epochs
 	pids     *pidMap
 	cp       *cpLink // nil with static routes
@@ -155,6 +189,9 @@ func New(opts ...Opt) (*Agent, error) {
 	cfg := config{
 		listen:          DefaultListen,
 		maxFrame:        DefaultMaxFrameBytes,
+		buffered:        DefaultBuffered,
+		frameTimeout:    DefaultFrameTimeout,
+		idleTimeout:     DefaultIdleTimeout,
 		forwardDeadline: DefaultForwardDeadline,
 		upstreamConns:   DefaultUpstreamConns,
 		nodeID:          DefaultNodeID,
@@ -166,6 +203,9 @@ func New(opts ...Opt) (*Agent, error) {
 	}
 	if cfg.log == nil {
 		cfg.log = slog.Default()
+	}
+	if cfg.connBuffered == 0 {
+		cfg.connBuffered = min(DefaultConnBuffered, cfg.buffered)
 	}
 	if cfg.registry == nil {
 		cfg.registry = prometheus.NewRegistry()
@@ -180,6 +220,14 @@ func New(opts ...Opt) (*Agent, error) {
 		return nil, fmt.Errorf("%w: destination: bootstrap brokers required", ErrBadConfig)
 	case cfg.maxFrame < 1<<10:
 		return nil, fmt.Errorf("%w: max frame bytes: %d is below 1 KiB", ErrBadConfig, cfg.maxFrame)
+	case cfg.connBuffered < 1<<10:
+		return nil, fmt.Errorf("%w: conn buffered bytes: %d is below 1 KiB", ErrBadConfig, cfg.connBuffered)
+	case cfg.buffered < cfg.connBuffered:
+		return nil, fmt.Errorf("%w: buffered bytes: %d is below conn buffered bytes (%d)", ErrBadConfig, cfg.buffered, cfg.connBuffered)
+	case cfg.frameTimeout <= 0:
+		return nil, fmt.Errorf("%w: frame timeout: must be positive, got %s", ErrBadConfig, cfg.frameTimeout)
+	case cfg.idleTimeout <= 0:
+		return nil, fmt.Errorf("%w: idle timeout: must be positive, got %s", ErrBadConfig, cfg.idleTimeout)
 	case cfg.forwardDeadline <= 0:
 		return nil, fmt.Errorf("%w: forward deadline: must be positive, got %s", ErrBadConfig, cfg.forwardDeadline)
 	case cfg.upstreamConns < 1:
@@ -206,6 +254,11 @@ func New(opts ...Opt) (*Agent, error) {
 		conns:  map[uint64]net.Conn{},
 	}
 	a.metrics = newMetrics(cfg.registry)
+	a.budget = newRequestBudget(cfg.buffered, cfg.connBuffered)
+	cfg.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "baton_agent_buffered_request_bytes",
+		Help: "Request bytes read from clients and not yet answered (bounded by BufferedBytes).",
+	}, func() float64 { return float64(a.budget.held.Load()) }))
 	a.pids = newPIDMap(cfg.producerIDs, cfg.producerIDIdle, a.initDestinationPID)
 	cfg.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "baton_agent_producer_ids",

@@ -41,30 +41,41 @@ func (a *Agent) serveConn(ctx context.Context, id uint64, nc net.Conn) {
 	chain := filter.NewChain(info, a.cfg.filters, rt)
 	queue := make(chan queued, maxPipelined)
 	writerDone := make(chan struct{})
+	budget := a.budget.forConn()
 
 	go func() {
 		defer close(writerDone)
-		if err := a.writeResponses(ctx, nc, chain, queue); err != nil {
+		if err := a.writeResponses(ctx, nc, chain, queue, budget); err != nil {
 			log.Info("closing connection", "err", err)
 		}
 		cancel()
 		nc.Close() // unblock the reader
 		// Finish what is still queued, unwritten, so that every exchange
 		// runs its response side once (filters and drain counts see it
-		// end) and its buffer goes back to the pool.
+		// end) and its buffer goes back to the pool and the budget.
 		for q := range queue {
 			chain.Response(ctx, q.s)
+			budget.release(int64(len(q.frame)))
 			putBuf(q.frame)
 		}
 	}()
 
-	br := bufio.NewReaderSize(nc, 64<<10)
+	fr := &frameReader{
+		nc: nc, br: bufio.NewReaderSize(nc, 64<<10), budget: budget,
+		maxFrame: a.cfg.maxFrame, frameTimeout: a.cfg.frameTimeout, idleTimeout: a.cfg.idleTimeout,
+	}
 	for {
-		frame, err := readFrame(br, a.cfg.maxFrame)
+		frame, err := fr.next(ctx)
 		if err != nil {
 			switch {
-			case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
+			case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), ctx.Err() != nil:
 				log.Debug("client closed connection")
+			case errors.Is(err, ErrIdleTimeout):
+				// Kafka closes idle connections as quietly; clients reconnect.
+				log.Debug("closing idle connection", "err", err)
+			case errors.Is(err, ErrFrameTooLarge), errors.Is(err, ErrFrameTimeout):
+				a.metrics.badFrames.Inc()
+				log.Warn("closing connection: request frame over a limit; raise the option named if the client is legitimate", "err", err)
 			default:
 				a.metrics.badFrames.Inc()
 				log.Warn("closing connection: bad frame", "err", err)
@@ -73,6 +84,7 @@ func (a *Agent) serveConn(ctx context.Context, id uint64, nc net.Conn) {
 		}
 		x, err := parseRequest(frame)
 		if err != nil {
+			budget.release(int64(len(frame)))
 			putBuf(frame)
 			a.metrics.badFrames.Inc()
 			log.Warn("closing connection: malformed request", "err", err)
@@ -88,13 +100,15 @@ func (a *Agent) serveConn(ctx context.Context, id uint64, nc net.Conn) {
 
 // writeResponses writes answers in request order. It returns when the
 // queue closes or an exchange must close the connection.
-func (a *Agent) writeResponses(ctx context.Context, nc net.Conn, chain *filter.Chain, queue <-chan queued) error {
+func (a *Agent) writeResponses(ctx context.Context, nc net.Conn, chain *filter.Chain, queue <-chan queued, budget *connBudget) error {
 	bw := bufio.NewWriterSize(nc, 64<<10)
 	var buf []byte
 	for q := range queue {
 		chain.Response(ctx, q.s)
 		// Filters are done with the exchange: its request frame goes back
-		// to the pool (the filter contract forbids keeping it).
+		// to the pool (the filter contract forbids keeping it) and its bytes
+		// to the budget, which lets the reader take the next request.
+		budget.release(int64(len(q.frame)))
 		putBuf(q.frame)
 		x := q.s.X
 		if x.Err != nil {

@@ -78,6 +78,9 @@ func (a *Agent) applyRoutes(version uint64, trs []*batonv1.TopicRoute) error {
 		}
 		routes = append(routes, r)
 	}
+	if err := checkTopicRoutes(routes); err != nil {
+		return err
+	}
 	a.routes.Replace(routes)
 	a.cp.applied.Store(version)
 	a.log.Info("routes applied", "version", version, "topics", len(routes))

@@ -519,10 +519,7 @@ func (cp *ControlPlane) Heartbeat(ctx context.Context, req *batonv1.HeartbeatReq
 		cp.agents[a.Node] = a
 	}
 	a.Namespace, a.Workload, a.AckedVersion, a.LastHeartbeat = req.GetNamespace(), req.GetWorkload(), req.GetAckedVersion(), now
-	a.Topics = make(map[string]TopicDrain, len(req.GetTopics()))
-	for _, d := range req.GetTopics() {
-		a.Topics[d.GetTopic()] = TopicDrain{InFlight: d.GetInFlight(), StoppedForwarding: d.GetStoppedForwarding()}
-	}
+	a.Topics = drainReports(req.GetTopics())
 	resp := &batonv1.HeartbeatResponse{Lease: durationpb.New(cp.cfg.lease), RequiredVersion: cp.version,
 		ForwardDeadline: durationpb.New(cp.cfg.forward)}
 	if req.GetAckedVersion() < cp.version {

@@ -25,7 +25,8 @@ func newAgentCmd() *cobra.Command {
 		listen, advertise, admin, source, destination, routesFile, logLevel string
 		controlPlane, nodeID, namespace, workload                           string
 		maxFrame                                                            int32
-		forwardDeadline, producerIDIdle                                     time.Duration
+		connBuffered, buffered                                              int64
+		forwardDeadline, producerIDIdle, frameTimeout, idleTimeout          time.Duration
 		upstreamConns, producerIDs                                          int
 	)
 	cmd := &cobra.Command{
@@ -75,6 +76,8 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 				agent.Source(splitList(source)...), agent.Destination(splitList(destination)...),
 				agent.Routes(agent.NewRouteTable(routes)),
 				agent.MaxFrameBytes(maxFrame), agent.ForwardDeadline(forwardDeadline),
+				agent.ConnBufferedBytes(connBuffered), agent.BufferedBytes(buffered),
+				agent.FrameTimeout(frameTimeout), agent.IdleTimeout(idleTimeout),
 				agent.UpstreamConns(upstreamConns),
 				agent.ProducerIDs(producerIDs), agent.ProducerIDIdle(producerIDIdle),
 				agent.Filters([]filter.Factory{mf}...),
@@ -97,6 +100,10 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 	f.StringVar(&destination, "destination", "", "destination cluster bootstrap brokers, comma-separated (required)")
 	f.StringVar(&routesFile, "routes", "", "static route file (YAML); topics not listed pass through to the source")
 	f.Int32Var(&maxFrame, "max-frame-bytes", agent.DefaultMaxFrameBytes, "largest request frame accepted; larger closes the connection")
+	f.Int64Var(&connBuffered, "conn-buffered-bytes", 0, "request bytes one connection may have read and not yet answered; reading pauses at the bound, a larger frame closes the connection (default 100 MiB, or --buffered-bytes if lower)")
+	f.Int64Var(&buffered, "buffered-bytes", agent.DefaultBuffered, "request bytes all connections together may have read and not yet answered; reading pauses at the bound")
+	f.DurationVar(&frameTimeout, "frame-timeout", agent.DefaultFrameTimeout, "a request frame not finished this long after its first byte closes its connection")
+	f.DurationVar(&idleTimeout, "idle-timeout", agent.DefaultIdleTimeout, "a connection that sends no request this long is closed")
 	f.DurationVar(&forwardDeadline, "forward-deadline", agent.DefaultForwardDeadline, "with --routes: a produce unanswered upstream this long is answered with a retriable error (with --control-plane, the control plane's F is used)")
 	f.IntVar(&upstreamConns, "upstream-conns", agent.DefaultUpstreamConns, "connections per upstream broker")
 	f.IntVar(&producerIDs, "producer-ids", agent.DefaultProducerIDs, "idempotent producer sessions mapped to destination producer ids at once")
