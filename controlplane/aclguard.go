@@ -11,9 +11,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
-// ErrGuard is returned when the destination's ACLs cannot express the guard.
-var ErrGuard = errors.New("controlplane: destination write guard")
-
 // ACLGuard is the WriteGuard for a destination with an authorizer: it
 // keeps writers other than the replicator off D.T with Kafka ACLs.
 //

@@ -2,7 +2,6 @@ package controlplane
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -29,9 +28,6 @@ type Replication interface {
 	// SourceEndOffsets reads the source's end offsets of topic.
 	SourceEndOffsets(ctx context.Context, topic string) (map[int32]int64, error)
 }
-
-// ErrNotReady: the replicator has not set the topic up yet.
-var ErrNotReady = errors.New("controlplane: replication of the topic is not ready")
 
 // ReplicatorAdapter drives a replicator.Replicator in this process; Source
 // reads the source cluster's end offsets.

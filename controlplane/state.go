@@ -51,6 +51,13 @@ var (
 	ErrGateRefused = errors.New("controlplane: cutover gate refused")
 	// ErrClosed: the control plane is shutting down.
 	ErrClosed = errors.New("controlplane: closed")
+	// ErrDataDirLocked: another process runs an embedded etcd on the
+	// data directory; the message names it.
+	ErrDataDirLocked = errors.New("controlplane: data directory in use")
+	// ErrGuard: the destination write guard cannot be set up as asked.
+	ErrGuard = errors.New("controlplane: destination write guard")
+	// ErrNotReady: the replicator has not set the topic up yet.
+	ErrNotReady = errors.New("controlplane: replication of the topic is not ready")
 )
 
 // State is a topic's migration state. The zero value is "not managed".
