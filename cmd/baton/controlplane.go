@@ -143,6 +143,9 @@ alter ACLs.`,
 	f.StringVar(&replPrincipal, "replicator-principal", "", `the replicator's principal on the destination, exempt from the guard (default: User:<--destination-sasl-user>, or User:ANONYMOUS without SASL)`)
 	srcSASL.add(f, "source")
 	destSASL.add(f, "destination")
+	markAddrs(f, addrDial, "source", "destination")
+	markAddrs(f, addrListen, "grpc", "http")
+	markAddrs(f, addrEtcd, "etcd-endpoints")
 	_ = cmd.MarkFlagRequired("source")
 	_ = cmd.MarkFlagRequired("destination")
 	return cmd
@@ -171,6 +174,7 @@ func pickGuard(ctx context.Context, mode string, adm *kadm.Client, principal str
 func apiFlags(cmd *cobra.Command, server, output *string) {
 	cmd.PersistentFlags().StringVar(server, "server", "http://127.0.0.1:18080", "control plane HTTP API")
 	cmd.PersistentFlags().StringVarP(output, "output", "o", "text", "text or json")
+	markAddrs(cmd.PersistentFlags(), addrURL, "server")
 }
 
 func checkOutput(o string) error {
