@@ -110,6 +110,10 @@ type ControlPlane struct {
 	dirty   map[string]bool
 	runs    map[string]*run
 	changed chan struct{}
+	// guards are the topics whose destination write guard is being
+	// restored in the background (guardLoop); wakeGuards wakes it.
+	guards     map[string]*guardRestore
+	wakeGuards chan struct{}
 }
 
 type run struct {
@@ -146,7 +150,8 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 	}
 	cp := &ControlPlane{cfg: cfg, log: cfg.log.With("component", "controlplane"), now: cfg.now, store: cfg.store,
 		topics: map[string]*Topic{}, agents: map[string]*Agent{}, dirty: map[string]bool{},
-		runs: map[string]*run{}, changed: make(chan struct{})}
+		runs: map[string]*run{}, changed: make(chan struct{}),
+		guards: map[string]*guardRestore{}, wakeGuards: make(chan struct{}, 1)}
 	cp.ctx, cp.cancel = context.WithCancel(context.Background())
 	version, topics, agents, err := cfg.store.Load(ctx)
 	if err != nil {
@@ -173,6 +178,8 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 	cp.mu.Lock()
 	cp.publishLocked()
 	cp.mu.Unlock()
+	cp.wg.Add(1)
+	go func() { defer cp.wg.Done(); cp.guardLoop() }()
 	for _, t := range inFlight {
 		co := Cutover{Attempt: t.Attempts, Actor: ActorControlPlane}
 		if t.Cutover != nil {
@@ -181,15 +188,17 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 		cp.event(ctx, Event{Topic: t.Name, Kind: EventRecovered, Actor: ActorControlPlane, Attempt: co.Attempt,
 			StartedAt: co.StartedAt, Reason: fmt.Sprintf("found MIGRATING at step %q after a restart; rolling back", co.Step)})
 		if err := cp.rollback(ctx, t.Name, co, "", ActorControlPlane, "control plane restarted mid-cutover"); err != nil {
+			cp.Close()
 			return nil, err
 		}
 	}
 	for _, t := range cp.Topics() {
 		if t.State == Reject || t.State == Proxy {
-			if err := cp.cfg.guard.Protect(ctx, t.Name); err != nil {
-				return nil, fmt.Errorf("controlplane: protecting %s on the destination: %w", t.Name, err)
-			}
+			// In the background: a destination that is down must not keep
+			// the control plane (and every agent's lease) from starting.
+			cp.restoreGuard(t.Name, false)
 			if err := cp.cfg.repl.Start(t.Name); err != nil {
+				cp.Close()
 				return nil, fmt.Errorf("controlplane: starting replication of %s: %w", t.Name, err)
 			}
 		}
@@ -375,6 +384,9 @@ type TopicStatus struct {
 	Topic
 	Lag      time.Duration `json:"lag"`
 	LagError string        `json:"lagError,omitempty"`
+	// GuardRestore is set while the destination write guard is being
+	// restored in the background (after a rollback or a start).
+	GuardRestore *GuardRestore `json:"guardRestore,omitempty"`
 }
 
 // Status returns a topic with its time lag.
@@ -384,6 +396,9 @@ func (cp *ControlPlane) Status(name string) (TopicStatus, error) {
 		return TopicStatus{}, err
 	}
 	st := TopicStatus{Topic: t}
+	cp.mu.Lock()
+	st.GuardRestore = cp.guardPendingLocked(name)
+	cp.mu.Unlock()
 	if t.State != Complete {
 		if st.Lag, err = cp.cfg.repl.Lag(name); err != nil {
 			st.LagError = err.Error()

@@ -35,7 +35,10 @@ func (cp *ControlPlane) Migrate(ctx context.Context, name, actor string) (Topic,
 	limit := cp.cfg.timeout / 4
 	lag, err := cp.cfg.repl.Lag(name)
 	var refused string
-	switch {
+	switch g := cp.guardPendingLocked(name); {
+	case g != nil:
+		refused = fmt.Sprintf("the destination write guard is still being restored (since %s, %d failed attempts, last: %s)",
+			g.Since.Format(time.RFC3339), g.Failures, g.LastErr)
 	case err != nil:
 		refused = fmt.Sprintf("time lag unknown: %v", err)
 	case lag > limit:
@@ -276,18 +279,18 @@ func (cp *ControlPlane) cutoverSteps(ctx context.Context, name string, co Cutove
 	return nil
 }
 
-// rollback returns a MIGRATING topic to PROXY: guard restored, PROXY at the
-// next version, replication restarted at normal priority. kind ("" for
-// none) is the event saying why, before rolled_back.
+// rollback returns a MIGRATING topic to PROXY: PROXY at the next version,
+// replication restarted at normal priority, and the destination write
+// guard restored in the background. It never waits for the destination:
+// agents route PROXY to the source, so producers are back on S while the
+// guard is restored (see restoreGuard). kind ("" for none) is the event
+// saying why, before rolled_back.
 func (cp *ControlPlane) rollback(ctx context.Context, name string, co Cutover, kind, actor, reason string) error {
 	base := Event{Topic: name, Actor: actor, Attempt: co.Attempt, Reason: reason, StartedAt: co.StartedAt}
 	if kind != "" {
 		e := base
 		e.Kind = kind
 		cp.event(ctx, e)
-	}
-	if err := cp.cfg.guard.Protect(ctx, name); err != nil {
-		return fmt.Errorf("restoring the destination write guard: %w", err)
 	}
 	cp.mu.Lock()
 	t, ok := cp.topics[name]
@@ -306,6 +309,7 @@ func (cp *ControlPlane) rollback(ctx context.Context, name string, co Cutover, k
 	e := base
 	e.Kind, e.From, e.To, e.Version = EventRolledBack, Migrating.String(), Proxy.String(), v
 	cp.event(ctx, e)
+	cp.restoreGuard(name, true)
 	if err := cp.cfg.repl.Start(name); err != nil {
 		return fmt.Errorf("restarting replication: %w", err)
 	}

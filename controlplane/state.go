@@ -21,8 +21,11 @@
 //     written only after replication of the topic stopped at the source's
 //     end offsets, and is one-way.
 //   - A control plane that stops mid-cutover leaves the topic MIGRATING in
-//     etcd; the next start rolls it back to PROXY (restarting replication
-//     and restoring the write guard) before serving anything.
+//     etcd; the next start rolls it back to PROXY (restarting replication)
+//     before serving anything.
+//   - A rollback never waits for the destination: PROXY is written first
+//     and the write guard restored in the background, with retries; a
+//     cutover is refused until it is back.
 package controlplane
 
 import (
