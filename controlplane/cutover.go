@@ -182,7 +182,19 @@ func (cp *ControlPlane) wait(ctx context.Context, deadline time.Time, what strin
 	}
 }
 
+// cutoverSteps runs the cutover. Every step that talks to etcd, the
+// source or the destination gets a context ending at the deadline, and a
+// step that misses it times the cutover out (rolled back by the caller).
 func (cp *ControlPlane) cutoverSteps(ctx context.Context, name string, co Cutover, ev func(kind, agent, reason string)) error {
+	dctx, cancel := context.WithDeadline(ctx, co.Deadline)
+	defer cancel()
+	// step wraps a step's error: a missed deadline is errTimedOut.
+	step := func(what string, err error) error {
+		if ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || dctx.Err() != nil) {
+			return fmt.Errorf("%w: %s: %v", errTimedOut, what, err)
+		}
+		return fmt.Errorf("%s: %w", what, err)
+	}
 	// Step 2: every agent drained at >= v, or silent past grant + lease + F.
 	waiting, drained, expired := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	err := cp.wait(ctx, co.Deadline, "waiting for agents", func() (bool, string, error) {
@@ -213,15 +225,15 @@ func (cp *ControlPlane) cutoverSteps(ctx context.Context, name string, co Cutove
 	ev(EventDrained, "", "every agent stopped forwarding and drained, or its lease ran out")
 
 	// Step 3: top priority, source end offsets, wait for D to hold them.
-	if err := cp.setStep(ctx, name, "replicate-to-end"); err != nil {
-		return err
+	if err := cp.setStep(dctx, name, "replicate-to-end"); err != nil {
+		return step("storing the step", err)
 	}
 	if err := cp.cfg.repl.SetMigrating(name, true); err != nil {
 		return fmt.Errorf("raising replication priority: %w", err)
 	}
-	ends, err := cp.cfg.repl.SourceEndOffsets(ctx, name)
+	ends, err := cp.cfg.repl.SourceEndOffsets(dctx, name)
 	if err != nil {
-		return fmt.Errorf("reading source end offsets: %w", err)
+		return step("reading source end offsets", err)
 	}
 	ev(EventEndOffsets, "", "source end offsets "+formatOffsets(ends))
 	if err := cp.wait(ctx, co.Deadline, "waiting for replication to reach the source end offsets", func() (bool, string, error) {
@@ -237,17 +249,12 @@ func (cp *ControlPlane) cutoverSteps(ctx context.Context, name string, co Cutove
 	ev(EventLagZero, "", "destination holds every source record up to the end offsets")
 
 	// Step 4: stop replication, confirm, lift the write guard.
-	if err := cp.setStep(ctx, name, "stop-replication"); err != nil {
-		return err
+	if err := cp.setStep(dctx, name, "stop-replication"); err != nil {
+		return step("storing the step", err)
 	}
-	sctx, cancel := context.WithDeadline(ctx, co.Deadline)
-	final, err := cp.cfg.repl.Stop(sctx, name)
-	cancel()
+	final, err := cp.cfg.repl.Stop(dctx, name)
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("%w: stopping replication", errTimedOut)
-		}
-		return fmt.Errorf("stopping replication: %w", err)
+		return step("stopping replication", err)
 	}
 	if ok, behind := reached(final, ends); !ok {
 		return fmt.Errorf("replication stopped short of the end offsets: %s", behind)
@@ -256,8 +263,8 @@ func (cp *ControlPlane) cutoverSteps(ctx context.Context, name string, co Cutove
 	if !cp.now().Before(co.Deadline) {
 		return fmt.Errorf("%w: after stopping replication", errTimedOut)
 	}
-	if err := cp.cfg.guard.Lift(ctx, name); err != nil {
-		return fmt.Errorf("lifting the destination write guard: %w", err)
+	if err := cp.cfg.guard.Lift(dctx, name); err != nil {
+		return step("lifting the destination write guard", err)
 	}
 	ev(EventGuardLifted, "", "producers may write the topic on the destination")
 
@@ -267,10 +274,15 @@ func (cp *ControlPlane) cutoverSteps(ctx context.Context, name string, co Cutove
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	if !cp.now().Before(co.Deadline) {
+		return fmt.Errorf("%w: before storing COMPLETE", errTimedOut)
+	}
 	t := *cp.topics[name]
 	t.State, t.Cutover = Complete, nil
-	if err := cp.commitLocked(ctx, t, false); err != nil {
-		return fmt.Errorf("storing COMPLETE: %w", err)
+	// Bounded by the deadline too. A write etcd applies after the client
+	// gave up is never published, and the rollback's PROXY overwrites it.
+	if err := cp.commitLocked(dctx, t, false); err != nil {
+		return step("storing COMPLETE", err)
 	}
 	delete(cp.runs, name)
 	cp.event(ctx, Event{Topic: name, Kind: EventCompleted, From: Migrating.String(), To: Complete.String(),
