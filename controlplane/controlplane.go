@@ -178,6 +178,12 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 	cp.mu.Lock()
 	cp.publishLocked()
 	cp.mu.Unlock()
+	if _, none := cfg.guard.(NoGuard); none {
+		cp.log.Warn("the destination write guard protects nothing: the destination has no authorizer, or the guard is off " +
+			"(--write-guard=none). Only the agents keep producers off a topic on the destination before its cutover; a client " +
+			"writing the destination directly diverges it, and its cutover is then refused. Enable an authorizer on the " +
+			"destination (with SASL for the replicator) to have Baton deny such writes")
+	}
 	cp.wg.Add(1)
 	go func() { defer cp.wg.Done(); cp.guardLoop() }()
 	for _, t := range inFlight {
@@ -387,6 +393,9 @@ type TopicStatus struct {
 	// GuardRestore is set while the destination write guard is being
 	// restored in the background (after a rollback or a start).
 	GuardRestore *GuardRestore `json:"guardRestore,omitempty"`
+	// Diverged names the partitions whose destination copy took a write
+	// not the replicator's (a cutover is refused): partition -> why.
+	Diverged map[int32]string `json:"diverged,omitempty"`
 }
 
 // Status returns a topic with its time lag.
@@ -403,6 +412,7 @@ func (cp *ControlPlane) Status(name string) (TopicStatus, error) {
 		if st.Lag, err = cp.cfg.repl.Lag(name); err != nil {
 			st.LagError = err.Error()
 		}
+		st.Diverged = cp.cfg.repl.Diverged(name)
 	}
 	return st, nil
 }

@@ -35,7 +35,10 @@ func (cp *ControlPlane) Migrate(ctx context.Context, name, actor string) (Topic,
 	limit := cp.cfg.timeout / 4
 	lag, err := cp.cfg.repl.Lag(name)
 	var refused string
+	diverged := cp.cfg.repl.Diverged(name)
 	switch g := cp.guardPendingLocked(name); {
+	case len(diverged) > 0:
+		refused = divergedText(name, diverged)
 	case g != nil:
 		refused = fmt.Sprintf("the destination write guard is still being restored (since %s, %d failed attempts, last: %s)",
 			g.Since.Format(time.RFC3339), g.Failures, g.LastErr)
@@ -237,6 +240,9 @@ func (cp *ControlPlane) cutoverSteps(ctx context.Context, name string, co Cutove
 	}
 	ev(EventEndOffsets, "", "source end offsets "+formatOffsets(ends))
 	if err := cp.wait(ctx, co.Deadline, "waiting for replication to reach the source end offsets", func() (bool, string, error) {
+		if d := cp.cfg.repl.Diverged(name); len(d) > 0 {
+			return false, "", errors.New(divergedText(name, d))
+		}
 		prog, err := cp.cfg.repl.Progress(name)
 		if err != nil {
 			return false, err.Error(), nil
@@ -258,6 +264,9 @@ func (cp *ControlPlane) cutoverSteps(ctx context.Context, name string, co Cutove
 	}
 	if ok, behind := reached(final, ends); !ok {
 		return fmt.Errorf("replication stopped short of the end offsets: %s", behind)
+	}
+	if d := cp.cfg.repl.Diverged(name); len(d) > 0 {
+		return errors.New(divergedText(name, d))
 	}
 	ev(EventReplStopped, "", "final offsets "+formatOffsets(final))
 	if !cp.now().Before(co.Deadline) {
