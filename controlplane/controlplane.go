@@ -25,6 +25,7 @@ const (
 	DefaultCutoverTimeout  = 10 * time.Second
 	DefaultHoldMax         = 5 * time.Second
 	DefaultPollInterval    = 25 * time.Millisecond
+	DefaultGuardResync     = 10 * time.Second
 	// ActorControlPlane is the actor of events the control plane decides.
 	ActorControlPlane = "controlplane"
 )
@@ -45,6 +46,7 @@ type config struct {
 	forward      time.Duration
 	timeout      time.Duration
 	poll         time.Duration
+	guardResync  time.Duration
 	source, dest *batonv1.Cluster
 	log          *slog.Logger
 	now          func() time.Time
@@ -76,6 +78,11 @@ func CutoverTimeout(d time.Duration) Opt { return optFunc(func(c *config) { c.ti
 
 // PollInterval is how often waits re-check the replicator (default 25 ms).
 func PollInterval(d time.Duration) Opt { return optFunc(func(c *config) { c.poll = d }) }
+
+// GuardResync is how often the write guard of every REJECT and PROXY topic
+// is applied again (default 10 s): a write grant made on the destination
+// after the guard went up is denied at the next pass.
+func GuardResync(d time.Duration) Opt { return optFunc(func(c *config) { c.guardResync = d }) }
 
 // Clusters names the default source and destination clusters served as
 // Cluster resources (required).
@@ -114,6 +121,10 @@ type ControlPlane struct {
 	// restored in the background (guardLoop); wakeGuards wakes it.
 	guards     map[string]*guardRestore
 	wakeGuards chan struct{}
+	// guardMu serializes calls into the write guard: a Protect of the
+	// guard loop never runs once the cutover's Lift began (it re-checks
+	// the topic's state under guardMu first).
+	guardMu sync.Mutex
 }
 
 type run struct {
@@ -129,7 +140,7 @@ type run struct {
 // publishes the routes.
 func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 	cfg := config{guard: NoGuard{}, lease: DefaultLease, forward: DefaultForwardDeadline,
-		timeout: DefaultCutoverTimeout, poll: DefaultPollInterval, log: slog.Default(), now: time.Now}
+		timeout: DefaultCutoverTimeout, poll: DefaultPollInterval, guardResync: DefaultGuardResync, log: slog.Default(), now: time.Now}
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
@@ -142,8 +153,8 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 		return nil, fmt.Errorf("%w: named source and destination clusters are required", ErrBadConfig)
 	case cfg.lease <= 0 || cfg.forward <= 0 || cfg.forward >= cfg.lease:
 		return nil, fmt.Errorf("%w: want 0 < forward deadline (%v) < lease (%v)", ErrBadConfig, cfg.forward, cfg.lease)
-	case cfg.timeout <= 0 || cfg.poll <= 0:
-		return nil, fmt.Errorf("%w: cutover timeout and poll interval must be positive", ErrBadConfig)
+	case cfg.timeout <= 0 || cfg.poll <= 0 || cfg.guardResync <= 0:
+		return nil, fmt.Errorf("%w: cutover timeout, poll interval and guard resync must be positive", ErrBadConfig)
 	}
 	if cfg.xds == nil {
 		cfg.xds = xds.NewServer(xds.WithLogger(cfg.log), xds.WithClock(cfg.now))

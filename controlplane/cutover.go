@@ -272,7 +272,10 @@ func (cp *ControlPlane) cutoverSteps(ctx context.Context, name string, co Cutove
 	if !cp.now().Before(co.Deadline) {
 		return fmt.Errorf("%w: after stopping replication", errTimedOut)
 	}
-	if err := cp.cfg.guard.Lift(dctx, name); err != nil {
+	cp.guardMu.Lock()
+	err = cp.cfg.guard.Lift(dctx, name)
+	cp.guardMu.Unlock()
+	if err != nil {
 		return step("lifting the destination write guard", err)
 	}
 	ev(EventGuardLifted, "", "producers may write the topic on the destination")

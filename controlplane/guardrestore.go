@@ -28,6 +28,7 @@ type GuardRestore struct {
 
 // restoreGuard queues topic for guardLoop, which protects it on the
 // destination with retries. announce records guard_restored once done.
+// guardLoop also queues every REJECT and PROXY topic each GuardResync.
 func (cp *ControlPlane) restoreGuard(topic string, announce bool) {
 	cp.mu.Lock()
 	if g, ok := cp.guards[topic]; ok {
@@ -42,10 +43,12 @@ func (cp *ControlPlane) restoreGuard(topic string, announce bool) {
 	}
 }
 
-// guardPending returns topic's pending restore, if any. cp.mu is held.
+// guardPendingLocked returns topic's pending restore if an attempt at it
+// failed (a restore not tried yet is routine: every resync queues one).
+// cp.mu is held.
 func (cp *ControlPlane) guardPendingLocked(topic string) *GuardRestore {
 	g, ok := cp.guards[topic]
-	if !ok {
+	if !ok || g.failures == 0 {
 		return nil
 	}
 	return &GuardRestore{Since: g.since, Failures: g.failures, LastErr: g.lastErr}
@@ -55,11 +58,13 @@ func (cp *ControlPlane) guardPendingLocked(topic string) *GuardRestore {
 // topic at a time, each attempt bounded by the cutover timeout; the first
 // failure of a round ends it (the destination is likely down for all) and
 // the next round waits, doubling up to maxGuardBackoff. A topic that left
-// REJECT and PROXY meanwhile (removed) is dropped. A cutover of a topic
-// still queued is refused by the gate, so a restore never races the
-// cutover's Lift.
+// REJECT and PROXY meanwhile (removed, or MIGRATING) is dropped: a rollback
+// queues it again. A cutover of a topic whose restore failed is refused by
+// the gate.
 func (cp *ControlPlane) guardLoop() {
 	backoff := cp.cfg.poll
+	resync := time.NewTicker(cp.cfg.guardResync)
+	defer resync.Stop()
 	for {
 		cp.mu.Lock()
 		names := make([]string, 0, len(cp.guards))
@@ -87,21 +92,36 @@ func (cp *ControlPlane) guardLoop() {
 			return
 		case <-cp.wakeGuards:
 		case <-wait:
+		case <-resync.C:
+			for _, t := range cp.Topics() {
+				if t.State == Reject || t.State == Proxy {
+					cp.restoreGuard(t.Name, false)
+				}
+			}
 		}
 	}
 }
 
 // restoreOne makes one attempt at topic's guard; false if it failed.
 func (cp *ControlPlane) restoreOne(topic string) bool {
-	actx, cancel := context.WithTimeout(cp.ctx, cp.cfg.timeout)
-	err := cp.cfg.guard.Protect(actx, topic)
-	cancel()
+	cp.guardMu.Lock()
+	cp.mu.Lock()
+	t, managed := cp.topics[topic]
+	protect := managed && (t.State == Reject || t.State == Proxy)
+	cp.mu.Unlock()
+	var err error
+	if protect {
+		actx, cancel := context.WithTimeout(cp.ctx, cp.cfg.timeout)
+		err = cp.cfg.guard.Protect(actx, topic)
+		cancel()
+	}
+	cp.guardMu.Unlock()
 	if cp.ctx.Err() != nil {
 		return false
 	}
 	cp.mu.Lock()
 	g, ok := cp.guards[topic]
-	t, managed := cp.topics[topic]
+	t, managed = cp.topics[topic]
 	if !ok {
 		cp.mu.Unlock()
 		return true

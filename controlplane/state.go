@@ -59,6 +59,9 @@ var (
 	ErrDataDirLocked = errors.New("controlplane: data directory in use")
 	// ErrGuard: the destination write guard cannot be set up as asked.
 	ErrGuard = errors.New("controlplane: destination write guard")
+	// ErrGuardPrincipal: the replicator's principal cannot be told from
+	// producers (User:ANONYMOUS); the write guard refuses to run.
+	ErrGuardPrincipal = errors.New("controlplane: destination write guard: unusable replicator principal")
 	// ErrNotReady: the replicator has not set the topic up yet.
 	ErrNotReady = errors.New("controlplane: replication of the topic is not ready")
 )

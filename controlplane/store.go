@@ -44,6 +44,7 @@ const (
 	keyTopics  = "/baton/topics/"
 	keyAgents  = "/baton/agents/"
 	keyEvents  = "/baton/events/"
+	keyGuard   = "/baton/guard/"
 )
 
 // EtcdStore is a Store on etcd, embedded or external.
@@ -56,7 +57,43 @@ type EtcdStore struct {
 	once sync.Once
 }
 
-var _ Store = (*EtcdStore)(nil)
+var (
+	_ Store       = (*EtcdStore)(nil)
+	_ GuardLedger = (*EtcdStore)(nil)
+)
+
+// GuardACLs implements GuardLedger.
+func (s *EtcdStore) GuardACLs(ctx context.Context, topic string) ([]OwnedACL, error) {
+	r, err := s.cli.Get(ctx, keyGuard+topic)
+	if err != nil {
+		return nil, fmt.Errorf("controlplane: etcd: %w", err)
+	}
+	if len(r.Kvs) == 0 {
+		return nil, nil
+	}
+	var out []OwnedACL
+	if err := json.Unmarshal(r.Kvs[0].Value, &out); err != nil {
+		return nil, fmt.Errorf("controlplane: bad record %s: %w", r.Kvs[0].Key, err)
+	}
+	return out, nil
+}
+
+// PutGuardACLs implements GuardLedger.
+func (s *EtcdStore) PutGuardACLs(ctx context.Context, topic string, acls []OwnedACL) error {
+	var err error
+	if len(acls) == 0 {
+		_, err = s.cli.Delete(ctx, keyGuard+topic)
+	} else {
+		var b []byte
+		if b, err = json.Marshal(acls); err == nil {
+			_, err = s.cli.Put(ctx, keyGuard+topic, string(b))
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("controlplane: etcd: the guard's record of %s: %w", topic, err)
+	}
+	return nil
+}
 
 // OpenEtcd connects to an external etcd cluster.
 func OpenEtcd(ctx context.Context, endpoints []string) (*EtcdStore, error) {
