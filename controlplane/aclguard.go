@@ -6,21 +6,20 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
-
-// ErrGuard is returned when the destination's ACLs cannot express the guard.
-var ErrGuard = errors.New("controlplane: destination write guard")
 
 // ACLGuard is the WriteGuard for a destination with an authorizer: it
 // keeps writers other than the replicator off D.T with Kafka ACLs.
 //
 // Kafka's authorizer has no "everyone except P": a DENY matching a
-// principal wins over any ALLOW, so DENY User:* WRITE would lock out the
-// replicator too. Protect(T) therefore works in two steps, both on the
-// literal resource Topic:T:
+// principal wins over any ALLOW, and DENY User:* matches every principal,
+// the replicator's too (superusers aside). Protect(T) therefore works in
+// two steps, both on the literal resource Topic:T:
 //
 //  1. ALLOW WRITE for the replicator's principal. With the authorizer's
 //     default deny this lets the replicator in; with
@@ -31,19 +30,46 @@ var ErrGuard = errors.New("controlplane: destination write guard")
 //     with DescribeACLs. An ALLOW for the wildcard principal User:* cannot
 //     be narrowed this way: Protect refuses it with ErrGuard.
 //
-// Lift(T) deletes every DENY WRITE on literal T (any principal, any host)
-// and the replicator's ALLOW WRITE on literal T: while Baton manages T the
-// guard owns those ACLs, and Lift does not depend on what Protect saw, so
-// it works after a restart. Superusers bypass ACLs and are not guarded.
-// The admin client needs ALTER and DESCRIBE on the cluster.
+// An ALLOW granted after Protect ran is only denied by the next Protect:
+// the control plane runs Protect again for every REJECT and PROXY topic
+// every GuardResync. Protect creates only ACLs that do not exist yet and
+// records each one it created in Owned before creating it; Lift deletes
+// exactly those, so an operator's own DENY and ALLOW ACLs on T survive it.
+// Superusers bypass ACLs and are not guarded. The admin client needs ALTER
+// and DESCRIBE on the cluster.
 type ACLGuard struct {
 	Admin *kadm.Client
 	// Replicator is the replicator's principal, e.g. "User:baton"
-	// ("User:" is added when missing).
+	// ("User:" is added when missing). User:ANONYMOUS is refused: on a
+	// destination with an authorizer it is every PLAINTEXT client.
 	Replicator string
+	// Owned keeps the ACLs Protect created, by topic (default: in
+	// memory, lost on restart; the control plane passes its etcd store).
+	Owned GuardLedger
+
+	mu  sync.Mutex
+	mem map[string][]OwnedACL
+}
+
+// OwnedACL is one ACL the guard created: on the literal resource Topic:T,
+// operation WRITE, any host; ALLOW for the replicator or DENY for a writer.
+type OwnedACL struct {
+	Principal string `json:"principal"`
+	Allow     bool   `json:"allow"`
+}
+
+// GuardLedger stores the ACLs the guard created, by topic.
+type GuardLedger interface {
+	// GuardACLs returns what was recorded for topic (none: nil).
+	GuardACLs(ctx context.Context, topic string) ([]OwnedACL, error)
+	// PutGuardACLs replaces topic's record; none removes it.
+	PutGuardACLs(ctx context.Context, topic string, acls []OwnedACL) error
 }
 
 var _ WriteGuard = (*ACLGuard)(nil)
+
+// anonymous is what Kafka calls a client without SASL or TLS client auth.
+const anonymous = "User:ANONYMOUS"
 
 func (g *ACLGuard) principal() string {
 	if strings.Contains(g.Replicator, ":") {
@@ -52,19 +78,55 @@ func (g *ACLGuard) principal() string {
 	return "User:" + g.Replicator
 }
 
+// Validate refuses a replicator principal the guard cannot tell from
+// producers.
+func (g *ACLGuard) Validate() error {
+	switch p := g.principal(); p {
+	case "User:", anonymous, "User:*":
+		return fmt.Errorf("%w: %q: on a destination with an authorizer that is "+
+			"every client without SASL or TLS client auth (or every client at all), so exempting it guards nothing; "+
+			"connect the replicator with SASL or mTLS and name its principal", ErrGuardPrincipal, p)
+	}
+	return nil
+}
+
+func (g *ACLGuard) load(ctx context.Context, topic string) ([]OwnedACL, error) {
+	if g.Owned != nil {
+		return g.Owned.GuardACLs(ctx, topic)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.mem[topic]), nil
+}
+
+func (g *ACLGuard) store(ctx context.Context, topic string, acls []OwnedACL) error {
+	if g.Owned != nil {
+		return g.Owned.PutGuardACLs(ctx, topic, acls)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.mem == nil {
+		g.mem = map[string][]OwnedACL{}
+	}
+	if len(acls) == 0 {
+		delete(g.mem, topic)
+	} else {
+		g.mem[topic] = slices.Clone(acls)
+	}
+	return nil
+}
+
 // Protect implements WriteGuard.
 func (g *ACLGuard) Protect(ctx context.Context, topic string) error {
-	repl := g.principal()
-	allow := kadm.NewACLs().Topics(topic).Allow(repl).Operations(kadm.OpWrite).
-		ResourcePatternType(kadm.ACLPatternLiteral)
-	if err := createACLs(ctx, g.Admin, allow); err != nil {
-		return fmt.Errorf("%w: allowing %s to write %s: %v", ErrGuard, repl, topic, err)
+	if err := g.Validate(); err != nil {
+		return err
 	}
+	repl := g.principal()
 	writers, err := g.writers(ctx, topic)
 	if err != nil {
 		return fmt.Errorf("%w: listing writers of %s: %v", ErrGuard, topic, err)
 	}
-	var deny []string
+	want := []OwnedACL{{Principal: repl, Allow: true}}
 	for _, p := range writers {
 		switch {
 		case p == repl:
@@ -72,18 +134,80 @@ func (g *ACLGuard) Protect(ctx context.Context, topic string) error {
 			return fmt.Errorf("%w: an ALLOW ACL lets User:* write %s; a Kafka DENY cannot exempt the replicator "+
 				"from a wildcard, so narrow that ACL to named principals", ErrGuard, topic)
 		default:
-			deny = append(deny, p)
+			want = append(want, OwnedACL{Principal: p})
 		}
 	}
-	if len(deny) == 0 {
+	existing, err := g.existing(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("%w: listing the ACLs on %s: %v", ErrGuard, topic, err)
+	}
+	owned, err := g.load(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("%w: reading the guard's record of %s: %v", ErrGuard, topic, err)
+	}
+	var create []OwnedACL
+	for _, a := range want {
+		if !slices.Contains(existing, a) {
+			create = append(create, a)
+		}
+	}
+	if len(create) == 0 {
 		return nil
 	}
-	b := kadm.NewACLs().Topics(topic).Deny(deny...).Operations(kadm.OpWrite).
-		ResourcePatternType(kadm.ACLPatternLiteral)
-	if err := createACLs(ctx, g.Admin, b); err != nil {
-		return fmt.Errorf("%w: denying writes to %s: %v", ErrGuard, topic, err)
+	// Recorded first: a crash between the two leaves a record of an ACL
+	// that may not exist (Lift deletes nothing then), never an ACL the
+	// guard created but forgot.
+	for _, a := range create {
+		if !slices.Contains(owned, a) {
+			owned = append(owned, a)
+		}
+	}
+	if err := g.store(ctx, topic, owned); err != nil {
+		return fmt.Errorf("%w: recording the guard's ACLs on %s: %v", ErrGuard, topic, err)
+	}
+	for _, a := range create {
+		b := kadm.NewACLs().Topics(topic).Operations(kadm.OpWrite).ResourcePatternType(kadm.ACLPatternLiteral)
+		if a.Allow {
+			b = b.Allow(a.Principal).AllowHosts()
+		} else {
+			b = b.Deny(a.Principal).DenyHosts()
+		}
+		if err := createACLs(ctx, g.Admin, b); err != nil {
+			return fmt.Errorf("%w: %s write to %s for %s: %v", ErrGuard, map[bool]string{true: "allowing", false: "denying"}[a.Allow],
+				topic, a.Principal, err)
+		}
 	}
 	return nil
+}
+
+// existing returns the WRITE ACLs on literal topic for any host, as
+// OwnedACLs (host-specific ones are not the guard's and are left alone).
+func (g *ACLGuard) existing(ctx context.Context, topic string) ([]OwnedACL, error) {
+	var out []OwnedACL
+	for _, allow := range []bool{true, false} {
+		b := kadm.NewACLs().Topics(topic).Operations(kadm.OpWrite).ResourcePatternType(kadm.ACLPatternLiteral)
+		if allow {
+			b = b.Allow().AllowHosts()
+		} else {
+			b = b.Deny().DenyHosts()
+		}
+		res, err := g.Admin.DescribeACLs(ctx, b)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range res {
+			if r.Err != nil {
+				return nil, fmt.Errorf("%v %s", r.Err, r.ErrMessage)
+			}
+			for _, a := range r.Described {
+				if a.Name == topic && a.Pattern == kadm.ACLPatternLiteral && a.Operation == kadm.OpWrite && a.Host == "*" &&
+					a.Permission == kmsg.ACLPermissionTypeAllow == allow {
+					out = append(out, OwnedACL{Principal: a.Principal, Allow: allow})
+				}
+			}
+		}
+	}
+	return out, nil
 }
 
 // writers returns the principals an ALLOW ACL grants WRITE (or ALL) on
@@ -123,14 +247,20 @@ func (g *ACLGuard) writers(ctx context.Context, topic string) ([]string, error) 
 	return out, nil
 }
 
-// Lift implements WriteGuard.
+// Lift implements WriteGuard: it deletes the ACLs Protect recorded as
+// created, and nothing else.
 func (g *ACLGuard) Lift(ctx context.Context, topic string) error {
-	for _, b := range []*kadm.ACLBuilder{
-		kadm.NewACLs().Topics(topic).Deny().DenyHosts().Operations(kadm.OpWrite).
-			ResourcePatternType(kadm.ACLPatternLiteral),
-		kadm.NewACLs().Topics(topic).Allow(g.principal()).AllowHosts().Operations(kadm.OpWrite).
-			ResourcePatternType(kadm.ACLPatternLiteral),
-	} {
+	owned, err := g.load(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("%w: reading the guard's record of %s: %v", ErrGuard, topic, err)
+	}
+	for _, a := range owned {
+		b := kadm.NewACLs().Topics(topic).Operations(kadm.OpWrite).ResourcePatternType(kadm.ACLPatternLiteral)
+		if a.Allow {
+			b = b.Allow(a.Principal).AllowHosts("*")
+		} else {
+			b = b.Deny(a.Principal).DenyHosts("*")
+		}
 		res, err := g.Admin.DeleteACLs(ctx, b)
 		if err == nil {
 			for _, r := range res {
@@ -143,6 +273,9 @@ func (g *ACLGuard) Lift(ctx context.Context, topic string) error {
 		if err != nil {
 			return fmt.Errorf("%w: lifting the guard of %s: %v", ErrGuard, topic, err)
 		}
+	}
+	if err := g.store(ctx, topic, nil); err != nil {
+		return fmt.Errorf("%w: clearing the guard's record of %s: %v", ErrGuard, topic, err)
 	}
 	return nil
 }
@@ -187,5 +320,9 @@ func DetectGuard(ctx context.Context, adm *kadm.Client, replicator string) (Writ
 	case replicator == "":
 		return nil, fmt.Errorf("%w: the destination has an authorizer, so the guard needs the replicator's principal", ErrGuard)
 	}
-	return &ACLGuard{Admin: adm, Replicator: replicator}, nil
+	g := &ACLGuard{Admin: adm, Replicator: replicator}
+	if err := g.Validate(); err != nil {
+		return nil, err
+	}
+	return g, nil
 }

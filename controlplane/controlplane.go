@@ -25,6 +25,7 @@ const (
 	DefaultCutoverTimeout  = 10 * time.Second
 	DefaultHoldMax         = 5 * time.Second
 	DefaultPollInterval    = 25 * time.Millisecond
+	DefaultGuardResync     = 10 * time.Second
 	// ActorControlPlane is the actor of events the control plane decides.
 	ActorControlPlane = "controlplane"
 )
@@ -45,6 +46,7 @@ type config struct {
 	forward      time.Duration
 	timeout      time.Duration
 	poll         time.Duration
+	guardResync  time.Duration
 	source, dest *batonv1.Cluster
 	log          *slog.Logger
 	now          func() time.Time
@@ -76,6 +78,11 @@ func CutoverTimeout(d time.Duration) Opt { return optFunc(func(c *config) { c.ti
 
 // PollInterval is how often waits re-check the replicator (default 25 ms).
 func PollInterval(d time.Duration) Opt { return optFunc(func(c *config) { c.poll = d }) }
+
+// GuardResync is how often the write guard of every REJECT and PROXY topic
+// is applied again (default 10 s): a write grant made on the destination
+// after the guard went up is denied at the next pass.
+func GuardResync(d time.Duration) Opt { return optFunc(func(c *config) { c.guardResync = d }) }
 
 // Clusters names the default source and destination clusters served as
 // Cluster resources (required).
@@ -110,6 +117,14 @@ type ControlPlane struct {
 	dirty   map[string]bool
 	runs    map[string]*run
 	changed chan struct{}
+	// guards are the topics whose destination write guard is being
+	// restored in the background (guardLoop); wakeGuards wakes it.
+	guards     map[string]*guardRestore
+	wakeGuards chan struct{}
+	// guardMu serializes calls into the write guard: a Protect of the
+	// guard loop never runs once the cutover's Lift began (it re-checks
+	// the topic's state under guardMu first).
+	guardMu sync.Mutex
 }
 
 type run struct {
@@ -125,7 +140,7 @@ type run struct {
 // publishes the routes.
 func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 	cfg := config{guard: NoGuard{}, lease: DefaultLease, forward: DefaultForwardDeadline,
-		timeout: DefaultCutoverTimeout, poll: DefaultPollInterval, log: slog.Default(), now: time.Now}
+		timeout: DefaultCutoverTimeout, poll: DefaultPollInterval, guardResync: DefaultGuardResync, log: slog.Default(), now: time.Now}
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
@@ -138,15 +153,16 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 		return nil, fmt.Errorf("%w: named source and destination clusters are required", ErrBadConfig)
 	case cfg.lease <= 0 || cfg.forward <= 0 || cfg.forward >= cfg.lease:
 		return nil, fmt.Errorf("%w: want 0 < forward deadline (%v) < lease (%v)", ErrBadConfig, cfg.forward, cfg.lease)
-	case cfg.timeout <= 0 || cfg.poll <= 0:
-		return nil, fmt.Errorf("%w: cutover timeout and poll interval must be positive", ErrBadConfig)
+	case cfg.timeout <= 0 || cfg.poll <= 0 || cfg.guardResync <= 0:
+		return nil, fmt.Errorf("%w: cutover timeout, poll interval and guard resync must be positive", ErrBadConfig)
 	}
 	if cfg.xds == nil {
 		cfg.xds = xds.NewServer(xds.WithLogger(cfg.log), xds.WithClock(cfg.now))
 	}
 	cp := &ControlPlane{cfg: cfg, log: cfg.log.With("component", "controlplane"), now: cfg.now, store: cfg.store,
 		topics: map[string]*Topic{}, agents: map[string]*Agent{}, dirty: map[string]bool{},
-		runs: map[string]*run{}, changed: make(chan struct{})}
+		runs: map[string]*run{}, changed: make(chan struct{}),
+		guards: map[string]*guardRestore{}, wakeGuards: make(chan struct{}, 1)}
 	cp.ctx, cp.cancel = context.WithCancel(context.Background())
 	version, topics, agents, err := cfg.store.Load(ctx)
 	if err != nil {
@@ -176,6 +192,14 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 	cp.mu.Lock()
 	cp.publishLocked()
 	cp.mu.Unlock()
+	if _, none := cfg.guard.(NoGuard); none {
+		cp.log.Warn("the destination write guard protects nothing: the destination has no authorizer, or the guard is off " +
+			"(--write-guard=none). Only the agents keep producers off a topic on the destination before its cutover; a client " +
+			"writing the destination directly diverges it, and its cutover is then refused. Enable an authorizer on the " +
+			"destination (with SASL for the replicator) to have Baton deny such writes")
+	}
+	cp.wg.Add(1)
+	go func() { defer cp.wg.Done(); cp.guardLoop() }()
 	for _, t := range inFlight {
 		co := Cutover{Attempt: t.Attempts, Actor: ActorControlPlane}
 		if t.Cutover != nil {
@@ -184,15 +208,17 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 		cp.event(ctx, Event{Topic: t.Name, Kind: EventRecovered, Actor: ActorControlPlane, Attempt: co.Attempt,
 			StartedAt: co.StartedAt, Reason: fmt.Sprintf("found MIGRATING at step %q after a restart; rolling back", co.Step)})
 		if err := cp.rollback(ctx, t.Name, co, "", ActorControlPlane, "control plane restarted mid-cutover"); err != nil {
+			cp.Close()
 			return nil, err
 		}
 	}
 	for _, t := range cp.Topics() {
 		if t.State == Reject || t.State == Proxy {
-			if err := cp.cfg.guard.Protect(ctx, t.Name); err != nil {
-				return nil, fmt.Errorf("controlplane: protecting %s on the destination: %w", t.Name, err)
-			}
+			// In the background: a destination that is down must not keep
+			// the control plane (and every agent's lease) from starting.
+			cp.restoreGuard(t.Name, false)
 			if err := cp.cfg.repl.Start(t.Name); err != nil {
+				cp.Close()
 				return nil, fmt.Errorf("controlplane: starting replication of %s: %w", t.Name, err)
 			}
 		}
@@ -378,6 +404,12 @@ type TopicStatus struct {
 	Topic
 	Lag      time.Duration `json:"lag"`
 	LagError string        `json:"lagError,omitempty"`
+	// GuardRestore is set while the destination write guard is being
+	// restored in the background (after a rollback or a start).
+	GuardRestore *GuardRestore `json:"guardRestore,omitempty"`
+	// Diverged names the partitions whose destination copy took a write
+	// not the replicator's (a cutover is refused): partition -> why.
+	Diverged map[int32]string `json:"diverged,omitempty"`
 }
 
 // Status returns a topic with its time lag.
@@ -387,10 +419,14 @@ func (cp *ControlPlane) Status(name string) (TopicStatus, error) {
 		return TopicStatus{}, err
 	}
 	st := TopicStatus{Topic: t}
+	cp.mu.Lock()
+	st.GuardRestore = cp.guardPendingLocked(name)
+	cp.mu.Unlock()
 	if t.State != Complete {
 		if st.Lag, err = cp.cfg.repl.Lag(name); err != nil {
 			st.LagError = err.Error()
 		}
+		st.Diverged = cp.cfg.repl.Diverged(name)
 	}
 	return st, nil
 }

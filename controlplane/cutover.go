@@ -35,7 +35,13 @@ func (cp *ControlPlane) Migrate(ctx context.Context, name, actor string) (Topic,
 	limit := cp.cfg.timeout / 4
 	lag, err := cp.cfg.repl.Lag(name)
 	var refused string
-	switch {
+	diverged := cp.cfg.repl.Diverged(name)
+	switch g := cp.guardPendingLocked(name); {
+	case len(diverged) > 0:
+		refused = divergedText(name, diverged)
+	case g != nil:
+		refused = fmt.Sprintf("the destination write guard is still being restored (since %s, %d failed attempts, last: %s)",
+			g.Since.Format(time.RFC3339), g.Failures, g.LastErr)
 	case err != nil:
 		refused = fmt.Sprintf("time lag unknown: %v", err)
 	case lag > limit:
@@ -179,7 +185,19 @@ func (cp *ControlPlane) wait(ctx context.Context, deadline time.Time, what strin
 	}
 }
 
+// cutoverSteps runs the cutover. Every step that talks to etcd, the
+// source or the destination gets a context ending at the deadline, and a
+// step that misses it times the cutover out (rolled back by the caller).
 func (cp *ControlPlane) cutoverSteps(ctx context.Context, name string, co Cutover, ev func(kind, agent, reason string)) error {
+	dctx, cancel := context.WithDeadline(ctx, co.Deadline)
+	defer cancel()
+	// step wraps a step's error: a missed deadline is errTimedOut.
+	step := func(what string, err error) error {
+		if ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || dctx.Err() != nil) {
+			return fmt.Errorf("%w: %s: %v", errTimedOut, what, err)
+		}
+		return fmt.Errorf("%s: %w", what, err)
+	}
 	// Step 2: every agent drained at >= v, or silent past grant + lease + F.
 	waiting, drained, expired := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	err := cp.wait(ctx, co.Deadline, "waiting for agents", func() (bool, string, error) {
@@ -210,18 +228,21 @@ func (cp *ControlPlane) cutoverSteps(ctx context.Context, name string, co Cutove
 	ev(EventDrained, "", "every agent stopped forwarding and drained, or its lease ran out")
 
 	// Step 3: top priority, source end offsets, wait for D to hold them.
-	if err := cp.setStep(ctx, name, "replicate-to-end"); err != nil {
-		return err
+	if err := cp.setStep(dctx, name, "replicate-to-end"); err != nil {
+		return step("storing the step", err)
 	}
 	if err := cp.cfg.repl.SetMigrating(name, true); err != nil {
 		return fmt.Errorf("raising replication priority: %w", err)
 	}
-	ends, err := cp.cfg.repl.SourceEndOffsets(ctx, name)
+	ends, err := cp.cfg.repl.SourceEndOffsets(dctx, name)
 	if err != nil {
-		return fmt.Errorf("reading source end offsets: %w", err)
+		return step("reading source end offsets", err)
 	}
 	ev(EventEndOffsets, "", "source end offsets "+formatOffsets(ends))
 	if err := cp.wait(ctx, co.Deadline, "waiting for replication to reach the source end offsets", func() (bool, string, error) {
+		if d := cp.cfg.repl.Diverged(name); len(d) > 0 {
+			return false, "", errors.New(divergedText(name, d))
+		}
 		prog, err := cp.cfg.repl.Progress(name)
 		if err != nil {
 			return false, err.Error(), nil
@@ -234,27 +255,28 @@ func (cp *ControlPlane) cutoverSteps(ctx context.Context, name string, co Cutove
 	ev(EventLagZero, "", "destination holds every source record up to the end offsets")
 
 	// Step 4: stop replication, confirm, lift the write guard.
-	if err := cp.setStep(ctx, name, "stop-replication"); err != nil {
-		return err
+	if err := cp.setStep(dctx, name, "stop-replication"); err != nil {
+		return step("storing the step", err)
 	}
-	sctx, cancel := context.WithDeadline(ctx, co.Deadline)
-	final, err := cp.cfg.repl.Stop(sctx, name)
-	cancel()
+	final, err := cp.cfg.repl.Stop(dctx, name)
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("%w: stopping replication", errTimedOut)
-		}
-		return fmt.Errorf("stopping replication: %w", err)
+		return step("stopping replication", err)
 	}
 	if ok, behind := reached(final, ends); !ok {
 		return fmt.Errorf("replication stopped short of the end offsets: %s", behind)
+	}
+	if d := cp.cfg.repl.Diverged(name); len(d) > 0 {
+		return errors.New(divergedText(name, d))
 	}
 	ev(EventReplStopped, "", "final offsets "+formatOffsets(final))
 	if !cp.now().Before(co.Deadline) {
 		return fmt.Errorf("%w: after stopping replication", errTimedOut)
 	}
-	if err := cp.cfg.guard.Lift(ctx, name); err != nil {
-		return fmt.Errorf("lifting the destination write guard: %w", err)
+	cp.guardMu.Lock()
+	err = cp.cfg.guard.Lift(dctx, name)
+	cp.guardMu.Unlock()
+	if err != nil {
+		return step("lifting the destination write guard", err)
 	}
 	ev(EventGuardLifted, "", "producers may write the topic on the destination")
 
@@ -264,10 +286,15 @@ func (cp *ControlPlane) cutoverSteps(ctx context.Context, name string, co Cutove
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	if !cp.now().Before(co.Deadline) {
+		return fmt.Errorf("%w: before storing COMPLETE", errTimedOut)
+	}
 	t := *cp.topics[name]
 	t.State, t.Cutover = Complete, nil
-	if err := cp.commitLocked(ctx, t, false); err != nil {
-		return fmt.Errorf("storing COMPLETE: %w", err)
+	// Bounded by the deadline too. A write etcd applies after the client
+	// gave up is never published, and the rollback's PROXY overwrites it.
+	if err := cp.commitLocked(dctx, t, false); err != nil {
+		return step("storing COMPLETE", err)
 	}
 	delete(cp.runs, name)
 	cp.event(ctx, Event{Topic: name, Kind: EventCompleted, From: Migrating.String(), To: Complete.String(),
@@ -276,18 +303,18 @@ func (cp *ControlPlane) cutoverSteps(ctx context.Context, name string, co Cutove
 	return nil
 }
 
-// rollback returns a MIGRATING topic to PROXY: guard restored, PROXY at the
-// next version, replication restarted at normal priority. kind ("" for
-// none) is the event saying why, before rolled_back.
+// rollback returns a MIGRATING topic to PROXY: PROXY at the next version,
+// replication restarted at normal priority, and the destination write
+// guard restored in the background. It never waits for the destination:
+// agents route PROXY to the source, so producers are back on S while the
+// guard is restored (see restoreGuard). kind ("" for none) is the event
+// saying why, before rolled_back.
 func (cp *ControlPlane) rollback(ctx context.Context, name string, co Cutover, kind, actor, reason string) error {
 	base := Event{Topic: name, Actor: actor, Attempt: co.Attempt, Reason: reason, StartedAt: co.StartedAt}
 	if kind != "" {
 		e := base
 		e.Kind = kind
 		cp.event(ctx, e)
-	}
-	if err := cp.cfg.guard.Protect(ctx, name); err != nil {
-		return fmt.Errorf("restoring the destination write guard: %w", err)
 	}
 	cp.mu.Lock()
 	t, ok := cp.topics[name]
@@ -306,6 +333,7 @@ func (cp *ControlPlane) rollback(ctx context.Context, name string, co Cutover, k
 	e := base
 	e.Kind, e.From, e.To, e.Version = EventRolledBack, Migrating.String(), Proxy.String(), v
 	cp.event(ctx, e)
+	cp.restoreGuard(name, true)
 	if err := cp.cfg.repl.Start(name); err != nil {
 		return fmt.Errorf("restarting replication: %w", err)
 	}

@@ -93,15 +93,22 @@ type plane struct {
 	stop  func()
 }
 
-func startPlane(t *testing.T, ctx context.Context, dir, addr string, k *kafkaEnv) *plane {
+func startPlane(t *testing.T, ctx context.Context, dir, addr string, k *kafkaEnv, opts ...Opt) *plane {
 	t.Helper()
 	st, err := OpenEmbedded(ctx, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cp, err := New(ctx, WithStore(st), WithReplication(k.repl), LeaseDuration(tLease), ForwardDeadline(tForward),
+	return startPlaneStore(t, ctx, st, addr, k, opts...)
+}
+
+// startPlaneStore is startPlane on a store of the test's; the plane closes it.
+func startPlaneStore(t *testing.T, ctx context.Context, st *EtcdStore, addr string, k *kafkaEnv, opts ...Opt) *plane {
+	t.Helper()
+	cp, err := New(ctx, append([]Opt{WithStore(st), WithReplication(k.repl), LeaseDuration(tLease), ForwardDeadline(tForward),
 		CutoverTimeout(tTimeout), Logger(quiet),
-		Clusters(&batonv1.Cluster{Name: "source", Bootstrap: k.src.Addrs()}, &batonv1.Cluster{Name: "destination", Bootstrap: k.dst.Addrs()}))
+		Clusters(&batonv1.Cluster{Name: "source", Bootstrap: k.src.Addrs()}, &batonv1.Cluster{Name: "destination", Bootstrap: k.dst.Addrs()})},
+		opts...)...)
 	if err != nil {
 		_ = st.Close()
 		t.Fatal(err)

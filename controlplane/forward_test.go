@@ -45,18 +45,6 @@ func TestSilentAgentWaitUsesTheTopicsForwardDeadline(t *testing.T) {
 	}
 }
 
-// idleReplication is a Replication with nothing to copy.
-type idleReplication struct{}
-
-func (idleReplication) Start(string) error                                    { return nil }
-func (idleReplication) Stop(context.Context, string) (map[int32]int64, error) { return nil, nil }
-func (idleReplication) SetMigrating(string, bool) error                       { return nil }
-func (idleReplication) Lag(string) (time.Duration, error)                     { return 0, nil }
-func (idleReplication) Progress(string) (map[int32]int64, error)              { return nil, nil }
-func (idleReplication) SourceEndOffsets(context.Context, string) (map[int32]int64, error) {
-	return nil, nil
-}
-
 // A control plane that crashed before it stored an agent's newest grant
 // must, after the restart, treat every agent it knows as possibly holding
 // a lease from then: a new agent is stored at its first heartbeat (refused:

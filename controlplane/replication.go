@@ -2,8 +2,9 @@ package controlplane
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -28,10 +29,10 @@ type Replication interface {
 	Progress(topic string) (map[int32]int64, error)
 	// SourceEndOffsets reads the source's end offsets of topic.
 	SourceEndOffsets(ctx context.Context, topic string) (map[int32]int64, error)
+	// Diverged names the partitions of topic whose destination copy took
+	// a write that was not the replicator's, with why (none: nil).
+	Diverged(topic string) map[int32]string
 }
-
-// ErrNotReady: the replicator has not set the topic up yet.
-var ErrNotReady = errors.New("controlplane: replication of the topic is not ready")
 
 // ReplicatorAdapter drives a replicator.Replicator in this process; Source
 // reads the source cluster's end offsets.
@@ -95,6 +96,41 @@ func (a *ReplicatorAdapter) Progress(topic string) (map[int32]int64, error) {
 		out[p.Partition] = p.Next
 	}
 	return out, nil
+}
+
+// Diverged implements Replication.
+func (a *ReplicatorAdapter) Diverged(topic string) map[int32]string {
+	var out map[int32]string
+	for _, t := range a.R.Status() {
+		if t.Topic != topic {
+			continue
+		}
+		for _, p := range t.Partitions {
+			if p.Diverged != nil {
+				if out == nil {
+					out = map[int32]string{}
+				}
+				out[p.Partition] = p.Diverged.Error()
+			}
+		}
+	}
+	return out
+}
+
+// divergedText says which partitions of topic diverged, for a refusal.
+func divergedText(topic string, d map[int32]string) string {
+	ps := make([]int32, 0, len(d))
+	for p := range d {
+		ps = append(ps, p)
+	}
+	sort.Slice(ps, func(i, j int) bool { return ps[i] < ps[j] })
+	parts := make([]string, len(ps))
+	for i, p := range ps {
+		parts[i] = fmt.Sprintf("%s partition %d (%s)", topic, p, d[p])
+	}
+	return "the destination diverged: " + strings.Join(parts, "; ") +
+		": a client wrote the destination directly, bypassing the agents, so its offsets no longer match the source's; " +
+		"find that writer, then delete the topic on the destination and re-add it here to copy it afresh"
 }
 
 // SourceEndOffsets implements Replication.

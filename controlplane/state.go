@@ -21,8 +21,11 @@
 //     written only after replication of the topic stopped at the source's
 //     end offsets, and is one-way.
 //   - A control plane that stops mid-cutover leaves the topic MIGRATING in
-//     etcd; the next start rolls it back to PROXY (restarting replication
-//     and restoring the write guard) before serving anything.
+//     etcd; the next start rolls it back to PROXY (restarting replication)
+//     before serving anything.
+//   - A rollback never waits for the destination: PROXY is written first
+//     and the write guard restored in the background, with retries; a
+//     cutover is refused until it is back.
 package controlplane
 
 import (
@@ -53,6 +56,16 @@ var (
 	ErrClosed = errors.New("controlplane: closed")
 	// ErrStoreUnavailable: a MemStore set unavailable refused a write.
 	ErrStoreUnavailable = errors.New("controlplane: store unavailable")
+	// ErrDataDirLocked: another process runs an embedded etcd on the
+	// data directory; the message names it.
+	ErrDataDirLocked = errors.New("controlplane: data directory in use")
+	// ErrGuard: the destination write guard cannot be set up as asked.
+	ErrGuard = errors.New("controlplane: destination write guard")
+	// ErrGuardPrincipal: the replicator's principal cannot be told from
+	// producers (User:ANONYMOUS); the write guard refuses to run.
+	ErrGuardPrincipal = errors.New("controlplane: destination write guard: unusable replicator principal")
+	// ErrNotReady: the replicator has not set the topic up yet.
+	ErrNotReady = errors.New("controlplane: replication of the topic is not ready")
 )
 
 // State is a topic's migration state. The zero value is "not managed".

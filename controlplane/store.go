@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -41,18 +44,56 @@ const (
 	keyTopics  = "/baton/topics/"
 	keyAgents  = "/baton/agents/"
 	keyEvents  = "/baton/events/"
+	keyGuard   = "/baton/guard/"
 )
 
 // EtcdStore is a Store on etcd, embedded or external.
 type EtcdStore struct {
 	cli  *clientv3.Client
 	emb  *embed.Etcd
+	lock *os.File // the data directory's lock, held while emb runs
 	mu   sync.Mutex
 	seq  uint64
 	once sync.Once
 }
 
-var _ Store = (*EtcdStore)(nil)
+var (
+	_ Store       = (*EtcdStore)(nil)
+	_ GuardLedger = (*EtcdStore)(nil)
+)
+
+// GuardACLs implements GuardLedger.
+func (s *EtcdStore) GuardACLs(ctx context.Context, topic string) ([]OwnedACL, error) {
+	r, err := s.cli.Get(ctx, keyGuard+topic)
+	if err != nil {
+		return nil, fmt.Errorf("controlplane: etcd: %w", err)
+	}
+	if len(r.Kvs) == 0 {
+		return nil, nil
+	}
+	var out []OwnedACL
+	if err := json.Unmarshal(r.Kvs[0].Value, &out); err != nil {
+		return nil, fmt.Errorf("controlplane: bad record %s: %w", r.Kvs[0].Key, err)
+	}
+	return out, nil
+}
+
+// PutGuardACLs implements GuardLedger.
+func (s *EtcdStore) PutGuardACLs(ctx context.Context, topic string, acls []OwnedACL) error {
+	var err error
+	if len(acls) == 0 {
+		_, err = s.cli.Delete(ctx, keyGuard+topic)
+	} else {
+		var b []byte
+		if b, err = json.Marshal(acls); err == nil {
+			_, err = s.cli.Put(ctx, keyGuard+topic, string(b))
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("controlplane: etcd: the guard's record of %s: %w", topic, err)
+	}
+	return nil
+}
 
 // OpenEtcd connects to an external etcd cluster.
 func OpenEtcd(ctx context.Context, endpoints []string) (*EtcdStore, error) {
@@ -68,9 +109,60 @@ func OpenEtcd(ctx context.Context, endpoints []string) (*EtcdStore, error) {
 	return s, nil
 }
 
+// LockFile is the file in an embedded etcd's data directory that the
+// running control plane holds an flock on, with its pid inside.
+const LockFile = "baton.lock"
+
 // OpenEmbedded starts a single-node etcd keeping its data in dir (created if
 // missing; reused across restarts) on loopback ports, and connects to it.
+// A directory another process uses is refused at once with
+// ErrDataDirLocked, naming that process: etcd itself would wait forever
+// for its database file's lock.
 func OpenEmbedded(ctx context.Context, dir string) (*EtcdStore, error) {
+	lock, err := lockDataDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	s, err := openEmbedded(ctx, dir)
+	if err != nil {
+		_ = lock.Close()
+		return nil, err
+	}
+	s.lock = lock
+	return s, nil
+}
+
+// lockDataDir takes an exclusive flock on dir/LockFile and writes this
+// process's pid into it. The kernel drops the lock when the process dies,
+// so a crashed control plane leaves nothing to clean up.
+func lockDataDir(dir string) (*os.File, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("controlplane: data dir: %w", err)
+	}
+	path := filepath.Join(dir, LockFile)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("controlplane: data dir lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		holder := "another process"
+		if b, rerr := os.ReadFile(path); rerr == nil && len(strings.TrimSpace(string(b))) > 0 {
+			holder = "pid " + strings.TrimSpace(string(b))
+		}
+		_ = f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: %s is in use by %s (it holds %s); stop it or use another data directory",
+				ErrDataDirLocked, dir, holder, path)
+		}
+		return nil, fmt.Errorf("controlplane: locking %s: %w", path, err)
+	}
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return f, nil
+}
+
+func openEmbedded(ctx context.Context, dir string) (*EtcdStore, error) {
 	cfg := embed.NewConfig()
 	cfg.Dir = dir
 	// etcd logs "server closed" at level error on every clean Close; what
@@ -135,6 +227,9 @@ func (s *EtcdStore) Close() error {
 		err = s.cli.Close()
 		if s.emb != nil {
 			s.emb.Close()
+		}
+		if s.lock != nil {
+			_ = s.lock.Close() // releases the flock
 		}
 	})
 	return err

@@ -93,12 +93,18 @@ const (
 	EventLagZero        = "lag_zero"
 	EventReplStopped    = "replication_stopped"
 	EventGuardLifted    = "guard_lifted"
-	EventCompleted      = "completed"
-	EventTimedOut       = "timed_out"
-	EventFailed         = "failed"
-	EventAborted        = "aborted"
-	EventRolledBack     = "rolled_back"
-	EventRecovered      = "recovered_after_restart"
+	// EventGuardRestoreFailed: the first failed attempt at restoring a
+	// topic's write guard; restores go on in the background.
+	EventGuardRestoreFailed = "guard_restore_failed"
+	// EventGuardRestored: the write guard is back after a rollback or
+	// after failed attempts.
+	EventGuardRestored = "guard_restored"
+	EventCompleted     = "completed"
+	EventTimedOut      = "timed_out"
+	EventFailed        = "failed"
+	EventAborted       = "aborted"
+	EventRolledBack    = "rolled_back"
+	EventRecovered     = "recovered_after_restart"
 )
 
 // Event is one audit log entry.

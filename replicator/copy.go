@@ -659,6 +659,15 @@ func (r *Replicator) setPartitionErrLocked(p *partState, err error) {
 	if err != nil {
 		r.metrics.partitionError.WithLabelValues(p.topic, itoa(p.p), errKind(err)).Set(1)
 	}
+	if errors.Is(err, ErrDestinationDiverged) && r.diverged[p.topic][p.p] == nil {
+		if r.diverged == nil {
+			r.diverged = map[string]map[int32]error{}
+		}
+		if r.diverged[p.topic] == nil {
+			r.diverged[p.topic] = map[int32]error{}
+		}
+		r.diverged[p.topic][p.p] = err
+	}
 	p.err = err
 }
 

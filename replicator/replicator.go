@@ -157,10 +157,15 @@ type Replicator struct {
 	// sourceIDs are the S topic ids D's topics were copied from, by topic
 	// (kept on D, loaded by Run).
 	sourceIDs map[string][16]byte
-	changed   chan struct{} // closed and replaced on every state change
-	running   bool
-	pid       producerID // the run's shared producer id, zero before InitProducerId
-	order     string     // last schedule, for the debug log
+	// diverged holds, by topic and partition, the first
+	// ErrDestinationDiverged seen there. It outlives the error (a retry
+	// resumes from D's end, which then includes the foreign records) and
+	// Stop and Start: D.T.p no longer mirrors S.T.p, whatever comes next.
+	diverged map[string]map[int32]error
+	changed  chan struct{} // closed and replaced on every state change
+	running  bool
+	pid      producerID // the run's shared producer id, zero before InitProducerId
+	order    string     // last schedule, for the debug log
 
 	configMu       sync.Mutex                   // guards lastSrcConfigs (SyncConfigs)
 	lastSrcConfigs map[string]map[string]string // S's mirrored dynamic configs at the last pass, by topic

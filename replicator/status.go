@@ -32,6 +32,10 @@ type PartitionStatus struct {
 	LostRecords int64
 	// Err is the last copy error, nil once a step succeeds again.
 	Err error
+	// Diverged is the first ErrDestinationDiverged of the partition: D.T.p
+	// took a write that was not the replicator's. It stays set after the
+	// copy goes on (from D's new end), since parity is lost for good.
+	Diverged error
 }
 
 // TopicStatus is one topic's replication state.
@@ -78,7 +82,7 @@ func (r *Replicator) topicStatusLocked(t *topicState) TopicStatus {
 	m := r.maps[t.name]
 	for _, p := range t.parts {
 		ps := PartitionStatus{Partition: p.p, Next: p.next, DestinationEnd: p.dstEnd, Parity: ParityExact,
-			LostRecords: p.lost, Err: p.err}
+			LostRecords: p.lost, Err: p.err, Diverged: r.diverged[t.name][p.p]}
 		if p.next >= 0 {
 			ps.Lag = p.lag.lag(now, p.next)
 		}

@@ -543,6 +543,7 @@ type LeaseKeeper struct {
 	client batonv1.LeaseClient
 	node   *core.Node
 	report func() (acked uint64, topics []*batonv1.TopicDrain)
+	target string // the control plane's address, for logs
 
 	mu         sync.Mutex
 	validUntil time.Time
@@ -561,7 +562,11 @@ func NewLeaseKeeper(conn grpc.ClientConnInterface, node *core.Node,
 	if node.GetId() == "" || report == nil {
 		return nil, fmt.Errorf("%w: node id and report are required", ErrBadConfig)
 	}
-	return &LeaseKeeper{cfg: cfg, client: batonv1.NewLeaseClient(conn), node: node, report: report, lease: DefaultLease}, nil
+	k := &LeaseKeeper{cfg: cfg, client: batonv1.NewLeaseClient(conn), node: node, report: report, lease: DefaultLease}
+	if t, ok := conn.(interface{ Target() string }); ok {
+		k.target = t.Target()
+	}
+	return k, nil
 }
 
 // Valid reports whether the agent holds a lease now: it may forward.
@@ -602,16 +607,33 @@ func (k *LeaseKeeper) Heartbeat(ctx context.Context) (*batonv1.HeartbeatResponse
 }
 
 // Run heartbeats every lease/3 until ctx ends (sooner after a refusal or
-// an error), and returns nil then.
+// an error), and returns nil then. Losing the control plane is logged once
+// at WARN and its return once at INFO; each failed attempt in between only
+// at DEBUG, since retries come every few hundred milliseconds.
 func (k *LeaseKeeper) Run(ctx context.Context) error {
+	var lostAt time.Time // zero while the control plane answers
 	for {
 		resp, err := k.Heartbeat(ctx)
 		k.mu.Lock()
 		every := k.lease / 3
+		validUntil := k.validUntil
 		k.mu.Unlock()
 		switch {
+		case err != nil && ctx.Err() != nil:
+			return nil
+		case err != nil && lostAt.IsZero():
+			lostAt = k.cfg.now()
+			k.cfg.log.Warn("control plane unreachable: producers through this agent are refused once the lease runs out",
+				"node", k.node.GetId(), "control_plane", k.target, "lease_valid_until", validUntil, "err", err)
 		case err != nil:
-			k.cfg.log.Warn("heartbeat failed", "node", k.node.GetId(), "err", err)
+			k.cfg.log.Debug("heartbeat failed", "node", k.node.GetId(), "control_plane", k.target, "err", err)
+		case !lostAt.IsZero():
+			k.cfg.log.Info("control plane reachable again", "node", k.node.GetId(), "control_plane", k.target,
+				"unreachable_for", k.cfg.now().Sub(lostAt).Round(time.Millisecond))
+			lostAt = time.Time{}
+		}
+		switch {
+		case err != nil:
 			every = min(every, k.cfg.minBackoff*4)
 		case !resp.GetGranted():
 			k.cfg.log.Warn("lease refused", "node", k.node.GetId(), "reason", resp.GetReason(),

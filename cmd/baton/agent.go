@@ -113,6 +113,8 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 	f.StringVar(&namespace, "namespace", "", "node metadata: the workload's namespace, for staged rollout")
 	f.StringVar(&workload, "workload", "", "node metadata: the workload's name")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	markAddrs(f, addrDial, "source", "destination", "advertise", "control-plane")
+	markAddrs(f, addrListen, "listen", "admin")
 	_ = cmd.MarkFlagRequired("source")
 	_ = cmd.MarkFlagRequired("destination")
 	return cmd

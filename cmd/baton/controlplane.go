@@ -90,6 +90,9 @@ alter ACLs.`,
 			if err != nil {
 				return err
 			}
+			if g, ok := guard.(*controlplane.ACLGuard); ok {
+				g.Owned = store // what the guard created, so that lifting it removes that and nothing else
+			}
 			log.Info("destination write guard", "guard", fmt.Sprintf("%T", guard), "replicator_principal", replPrincipal)
 			scl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(splitList(source)...)}, sopts...)...)
 			if err != nil {
@@ -143,6 +146,9 @@ alter ACLs.`,
 	f.StringVar(&replPrincipal, "replicator-principal", "", `the replicator's principal on the destination, exempt from the guard (default: User:<--destination-sasl-user>, or User:ANONYMOUS without SASL)`)
 	srcSASL.add(f, "source")
 	destSASL.add(f, "destination")
+	markAddrs(f, addrDial, "source", "destination")
+	markAddrs(f, addrListen, "grpc", "http")
+	markAddrs(f, addrEtcd, "etcd-endpoints")
 	_ = cmd.MarkFlagRequired("source")
 	_ = cmd.MarkFlagRequired("destination")
 	return cmd
@@ -154,11 +160,18 @@ func pickGuard(ctx context.Context, mode string, adm *kadm.Client, principal str
 	case "none":
 		return controlplane.NoGuard{}, nil
 	case "acl":
-		return &controlplane.ACLGuard{Admin: adm, Replicator: principal}, nil
+		g := &controlplane.ACLGuard{Admin: adm, Replicator: principal}
+		if err := g.Validate(); err != nil {
+			return nil, fmt.Errorf("--write-guard=acl: --replicator-principal: %w (set --destination-sasl-* for the replicator)", err)
+		}
+		return g, nil
 	case "auto":
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		g, err := controlplane.DetectGuard(dctx, adm, principal)
+		if errors.Is(err, controlplane.ErrGuardPrincipal) {
+			return nil, fmt.Errorf("--replicator-principal: %w (set --destination-sasl-* for the replicator, or --write-guard=none to run without a guard)", err)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("--write-guard=auto: %w (use --write-guard=none to run without a guard)", err)
 		}
@@ -171,6 +184,7 @@ func pickGuard(ctx context.Context, mode string, adm *kadm.Client, principal str
 func apiFlags(cmd *cobra.Command, server, output *string) {
 	cmd.PersistentFlags().StringVar(server, "server", "http://127.0.0.1:18080", "control plane HTTP API")
 	cmd.PersistentFlags().StringVarP(output, "output", "o", "text", "text or json")
+	markAddrs(cmd.PersistentFlags(), addrURL, "server")
 }
 
 func checkOutput(o string) error {

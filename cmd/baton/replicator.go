@@ -105,6 +105,8 @@ backoff until the destination accepts it. See docs/replicator.md.`,
 	f.DurationVar(&groupSync, "group-sync-interval", replicator.DefaultGroupSyncInterval, "how often committed consumer-group offsets are copied to the destination (0: off)")
 	f.DurationVar(&configSync, "config-sync-interval", replicator.DefaultConfigSyncInterval, "how often source topic config changes are mirrored to the destination (0: off)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	markAddrs(f, addrDial, "source", "destination")
+	markAddrs(f, addrListen, "admin")
 	_ = cmd.MarkFlagRequired("source")
 	_ = cmd.MarkFlagRequired("destination")
 	_ = cmd.MarkFlagRequired("topics")

@@ -16,6 +16,8 @@ cluster with zero downtime, one topic at a time. See README.md and docs/.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version,
+		// Every address flag of every command, checked before it runs.
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return checkAddrFlags(cmd) },
 	}
 	root.AddCommand(newAgentCmd(), newDevCmd(), newDemoCmd(), newReplicatorCmd(), newVerifyCmd(),
 		newControlPlaneCmd(), newTopicCmd(), newEventsCmd(), newAgentsCmd())

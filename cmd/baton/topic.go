@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -104,6 +106,12 @@ func newTopicCmd() *cobra.Command {
 				fmt.Fprintf(out, "time lag:  unknown (%s)\n", st.LagError)
 			} else {
 				fmt.Fprintf(out, "time lag:  %v\n", st.Lag)
+			}
+			for _, p := range slices.Sorted(maps.Keys(st.Diverged)) {
+				fmt.Fprintf(out, "DIVERGED:  partition %d: %s (a cutover is refused)\n", p, st.Diverged[p])
+			}
+			if g := st.GuardRestore; g != nil {
+				fmt.Fprintf(out, "guard:     being restored since %s, %d failed attempts, last: %s\n", fmtTime(g.Since), g.Failures, g.LastErr)
 			}
 			if c := st.Cutover; c != nil {
 				fmt.Fprintf(out, "cutover:   attempt %d by %s, step %s, started %s, deadline %s\n",

@@ -71,6 +71,7 @@ caught up or is stopped.`,
 	f.StringVar(&destination, "destination", "", "destination cluster bootstrap brokers, comma-separated (required)")
 	f.StringVar(&topic, "topic", "", "topic to compare (required)")
 	f.StringVar(&mapTopic, "offset-map-topic", replicator.DefaultOffsetMapTopic, "compacted topic on the destination holding offset maps")
+	markAddrs(f, addrDial, "source", "destination")
 	_ = cmd.MarkFlagRequired("source")
 	_ = cmd.MarkFlagRequired("destination")
 	_ = cmd.MarkFlagRequired("topic")

@@ -28,6 +28,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // Defaults of the options below.
@@ -64,6 +66,7 @@ type config struct {
 	heap       string
 	detached   bool
 	extra      [][2]string
+	clientOpts []kgo.Opt
 }
 
 type optFunc func(*config)
@@ -101,6 +104,13 @@ func Dir(d string) Opt { return optFunc(func(c *config) { c.dir = d }) }
 // harness's value if it has one. Later calls win.
 func BrokerConfig(key, value string) Opt {
 	return optFunc(func(c *config) { c.extra = append(c.extra, [2]string{key, value}) })
+}
+
+// ClientOpts are added to the franz-go client that checks the cluster is
+// ready (default none), e.g. SASL when BrokerConfig puts the brokers'
+// listener behind it.
+func ClientOpts(opts ...kgo.Opt) Opt {
+	return optFunc(func(c *config) { c.clientOpts = append(c.clientOpts, opts...) })
 }
 
 // Heap sets each node's JVM -Xmx; the default is DefaultHeap (512m).

@@ -265,7 +265,7 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 }
 
 func (c *Cluster) client() (*kgo.Client, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...), kgo.DialTimeout(2*time.Second))
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.Addrs()...), kgo.DialTimeout(2 * time.Second)}, c.cfg.clientOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: franz-go client for %s: %w", c.Bootstrap(), err)
 	}
