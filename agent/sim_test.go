@@ -436,6 +436,10 @@ func (r *simRepl) Stop(context.Context, string) (map[int32]int64, error) {
 
 func (r *simRepl) SetMigrating(string, bool) error { return nil }
 
+// Diverged implements controlplane.Replication: the simulated destination
+// has no other writer before COMPLETE unless an invariant already broke.
+func (r *simRepl) Diverged(string) map[int32]string { return nil }
+
 func (r *simRepl) Lag(string) (time.Duration, error) {
 	r.w.mu.Lock()
 	defer r.w.mu.Unlock()

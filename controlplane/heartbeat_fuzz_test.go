@@ -73,3 +73,5 @@ func FuzzHeartbeat(f *testing.F) {
 		}
 	})
 }
+
+func (idleReplication) Diverged(string) map[int32]string { return nil }
