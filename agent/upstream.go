@@ -266,6 +266,9 @@ func (u *upstream) conn(ctx context.Context, addr string, idx uint64) (*brokerCo
 	}
 	u.dialMu.Lock()
 	defer u.dialMu.Unlock()
+	// Look again: another request may have redialed meanwhile. The dead
+	// connection found above must not be handed out.
+	c = nil
 	u.mu.RLock()
 	pool = u.conns[addr]
 	if slot < len(pool) && pool[slot] != nil && !pool[slot].isDead() {
