@@ -335,7 +335,8 @@ func (a *Agent) learnVersions(ctx context.Context) error {
 		if err == nil {
 			break
 		}
-		a.log.Warn("source cluster not answering ApiVersions yet", "err", err)
+		// ask said at WARN, once, that no broker answers.
+		a.log.Debug("source cluster not answering ApiVersions yet", "err", err)
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("agent: source cluster never answered: %w", err)

@@ -9,6 +9,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/baton-kafka/baton/agent"
 )
 
 // kcatProduce runs `kcat -P` through addr once, writing one record to topic,
@@ -31,49 +35,72 @@ func kcatProduce(ctx context.Context, addr, topic, value string) error {
 	return nil
 }
 
-// killSockets destroys every TCP socket to 127.0.0.1:port with `ss -K`, as a
-// broker restart or a middlebox reset would. It skips t when the kernel
-// cannot destroy sockets (CONFIG_INET_DIAG_DESTROY) or ss is missing.
-func killSockets(t *testing.T, port string) {
+// killSockets destroys every TCP socket matching filter (ss syntax) with
+// `ss -K`, as a broker restart or a reset on the path would. It skips t
+// when the kernel cannot destroy sockets (CONFIG_INET_DIAG_DESTROY).
+func killSockets(t *testing.T, filter ...string) {
 	t.Helper()
 	if _, err := exec.LookPath("ss"); err != nil {
 		t.Skipf("ss (iproute2) not installed: %v", err)
 	}
-	out, err := exec.Command("ss", "-K", "-tn", "dst", "127.0.0.1", "dport", "=", ":"+port).CombinedOutput()
+	out, err := exec.Command("ss", append([]string{"-K", "-tn"}, filter...)...).CombinedOutput()
 	if err != nil {
 		t.Skipf("ss -K failed (needs root and CONFIG_INET_DIAG_DESTROY): %v: %s", err, out)
 	}
-	left, _ := exec.Command("ss", "-Htn", "state", "established", "dst", "127.0.0.1", "dport", "=", ":"+port).CombinedOutput()
+	left, _ := exec.Command("ss", append([]string{"-Htn", "state", "established"}, filter...)...).CombinedOutput()
 	if len(bytes.TrimSpace(left)) != 0 {
-		t.Skipf("ss -K left sockets to port %s open (kernel without CONFIG_INET_DIAG_DESTROY?): %s", port, left)
+		t.Skipf("ss -K left sockets open (kernel without CONFIG_INET_DIAG_DESTROY?): %s", left)
 	}
 }
 
 // TestSocketsKilledUnderTheAgent: every upstream socket of the agent is
-// destroyed while it idles (ss -K), as when brokers restart. Each of ten
-// kcat runs through the agent afterwards must deliver: a dead pooled
-// connection is redialed, never handed out again.
+// destroyed while it idles (ss -K), on the agent's side or on the
+// brokers' (which then reset the agent's), as when brokers restart. The
+// next produce on each pooled connection must land at the first try (the
+// dead connection is noticed and redialed, or the request that could not
+// be written is sent again on a fresh one: it never reached the broker),
+// and each of ten kcat runs through the agent afterwards must deliver.
 func TestSocketsKilledUnderTheAgent(t *testing.T) {
 	if _, err := exec.LookPath("kcat"); err != nil {
 		t.Skipf("kcat not installed (test/clients/install.sh): %v", err)
 	}
-	f := startFixture(t, nil)
-	topic := "restarts"
-	createTopic(t, f.src.Bootstrap(), topic, 1)
-	ctx := t.Context()
-	if err := kcatProduce(ctx, f.addr, topic, "warm-up"); err != nil {
-		t.Fatalf("warm-up: %v", err)
+	for _, side := range []struct {
+		name   string
+		filter func(port string) []string
+	}{
+		{"agent side", func(port string) []string { return []string{"dst", "127.0.0.1", "dport", "=", ":" + port} }},
+		{"broker side", func(port string) []string { return []string{"src", "127.0.0.1", "sport", "=", ":" + port} }},
+	} {
+		t.Run(side.name, func(t *testing.T) {
+			t.Parallel()
+			f := startFixture(t, nil)
+			topic := "restarts"
+			createTopic(t, f.src.Bootstrap(), topic, 1)
+			ctx := t.Context()
+			// One raw produce per pooled connection (client connections
+			// take the pool's slots in turn).
+			for i := range agent.DefaultUpstreamConns {
+				if code := produceRaw(t, f.addr, topic, fmt.Sprint("warm-up-", i)); code != 0 {
+					t.Fatalf("warm-up %d: %v", i, kerr.ErrorForCode(code))
+				}
+			}
+			for _, a := range f.src.Addrs() {
+				_, port, _ := net.SplitHostPort(a)
+				killSockets(t, side.filter(port)...)
+			}
+			for i := range agent.DefaultUpstreamConns {
+				if code := produceRaw(t, f.addr, topic, fmt.Sprint("first-", i)); code != 0 {
+					t.Errorf("first produce on pooled connection %d after the sockets died: %v", i, kerr.ErrorForCode(code))
+				}
+			}
+			failed := 0
+			for i := range 10 {
+				if err := kcatProduce(ctx, f.addr, topic, fmt.Sprintf("after-%d", i)); err != nil {
+					failed++
+					t.Errorf("run %d after the sockets died: %v", i, err)
+				}
+			}
+			t.Logf("%d of 10 kcat runs delivered after ss -K on the %s", 10-failed, side.name)
+		})
 	}
-	for _, a := range f.src.Addrs() {
-		_, port, _ := net.SplitHostPort(a)
-		killSockets(t, port)
-	}
-	failed := 0
-	for i := range 10 {
-		if err := kcatProduce(ctx, f.addr, topic, fmt.Sprintf("after-%d", i)); err != nil {
-			failed++
-			t.Errorf("run %d after the sockets died: %v", i, err)
-		}
-	}
-	t.Logf("%d of 10 kcat runs delivered after ss -K", 10-failed)
 }
