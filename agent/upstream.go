@@ -226,9 +226,9 @@ func (c *brokerConn) readLoop() {
 		body := frame[4:]
 		if responseHeaderFlexible(cl.key, cl.ver) {
 			if body, err = skipTags(body); err != nil {
-				cl.err = fmt.Errorf("%w: %s: %w", ErrUpstreamClosed, c.addr, err)
+				c.die(err) // first: settled reads when it died
+				cl.err = c.deathErr()
 				close(cl.done)
-				c.die(err)
 				return
 			}
 		}
