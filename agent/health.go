@@ -14,21 +14,27 @@ type clusterHealth struct {
 	mu      sync.Mutex
 	reached bool      // some broker answered since the agent started
 	lost    time.Time // when no broker answered; zero while reachable
+	// startNote says what the agent does until the cluster first answers.
+	startNote string
 }
 
 // unreachable records that no broker of u answered; err says why.
 func (u *upstream) unreachable(err error) {
 	h := &u.health
 	h.mu.Lock()
-	first := h.lost.IsZero()
+	first, never := h.lost.IsZero(), !h.reached
 	if first {
 		h.lost = time.Now()
 	}
 	h.mu.Unlock()
-	if first {
-		u.log.Warn(u.name+" cluster unreachable: no broker answered; check that its brokers are up and that this host can reach them (address, port, firewall, listener name)",
-			"brokers", strings.Join(u.anyBrokers(), ","), "err", err)
+	if !first {
+		return
 	}
+	msg := u.name + " cluster unreachable: no broker answered; check that its brokers are up and that this host can reach them (address, port, firewall, advertised listeners)"
+	if never && h.startNote != "" {
+		msg += "; " + h.startNote
+	}
+	u.log.Warn(msg, "brokers", strings.Join(u.anyBrokers(), ","), "err", err)
 }
 
 // reachable records that broker addr of u answered.
