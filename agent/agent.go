@@ -171,6 +171,7 @@ type Agent struct {
 	// unanswered (see uncertain.go).
 	uncertain uncertainBatches
 
+	port    *reservedPort // bound at New, listened on once ready
 	ln      net.Listener
 	adminLn net.Listener
 	self    kmsg.MetadataResponseBroker
@@ -182,6 +183,7 @@ type Agent struct {
 	conns    map[uint64]net.Conn
 	closing  atomic.Bool
 	ready    atomic.Bool
+	serving  chan struct{} // closed once the listener accepts
 }
 
 // New validates the options and binds the listeners. Run serves.
@@ -252,6 +254,8 @@ func New(opts ...Opt) (*Agent, error) {
 		nodeID: cfg.nodeID,
 		epochs: newEpochs(time.Now()),
 		conns:  map[uint64]net.Conn{},
+
+		serving: make(chan struct{}),
 	}
 	a.metrics = newMetrics(cfg.registry)
 	a.budget = newRequestBudget(cfg.buffered, cfg.connBuffered)
@@ -272,27 +276,28 @@ func New(opts ...Opt) (*Agent, error) {
 	readTO := 60 * time.Second
 	a.src = newUpstream("source", cfg.source, cfg.upstreamConns, 10*time.Second, readTO, a.log)
 	a.dst = newUpstream("destination", cfg.destination, cfg.upstreamConns, 10*time.Second, readTO, a.log)
+	a.src.health.startNote = "until it answers, the agent refuses client connections and /healthz answers 503"
 
-	ln, err := net.Listen("tcp", cfg.listen)
+	reserved, err := reservePort(cfg.listen)
 	if err != nil {
 		return nil, fmt.Errorf("%w: listen %q: %w", ErrBadConfig, cfg.listen, err)
 	}
-	a.ln = ln
+	a.port = reserved
 	adv := cfg.advertise
 	if adv == "" {
-		adv = ln.Addr().String()
+		adv = reserved.Addr().String()
 	}
 	host, portStr, err := net.SplitHostPort(adv)
 	port, perr := strconv.Atoi(portStr)
 	if err != nil || perr != nil {
-		ln.Close()
+		reserved.Close()
 		return nil, fmt.Errorf("%w: advertise %q: want host:port", ErrBadConfig, adv)
 	}
 	a.self = kmsg.NewMetadataResponseBroker()
 	a.self.NodeID, a.self.Host, a.self.Port = cfg.nodeID, host, int32(port)
 	if cfg.admin != "" {
 		if a.adminLn, err = net.Listen("tcp", cfg.admin); err != nil {
-			ln.Close()
+			reserved.Close()
 			return nil, fmt.Errorf("%w: admin listen %q: %w", ErrBadConfig, cfg.admin, err)
 		}
 	}
@@ -300,7 +305,7 @@ func New(opts ...Opt) (*Agent, error) {
 }
 
 // Addr is the listener's address.
-func (a *Agent) Addr() string { return a.ln.Addr().String() }
+func (a *Agent) Addr() string { return a.port.Addr().String() }
 
 // AdminAddr is the admin listener's address, or "" when off.
 func (a *Agent) AdminAddr() string {
@@ -309,6 +314,10 @@ func (a *Agent) AdminAddr() string {
 	}
 	return a.adminLn.Addr().String()
 }
+
+// Ready is closed once the agent serves: it reached the source and its
+// listener accepts. Before, connections to Addr are refused.
+func (a *Agent) Ready() <-chan struct{} { return a.serving }
 
 // Routes is the agent's route table.
 func (a *Agent) Routes() *RouteTable { return a.routes }
@@ -328,11 +337,20 @@ func (a *Agent) Run(ctx context.Context) error {
 		go func() { defer close(cpDone); a.cp.run(ctx) }()
 		defer func() { cancel(); <-cpDone }()
 	}
+	// Until the source answered, the port refuses connections (see
+	// reservedPort) and /healthz says not ready.
 	if err := a.learnVersions(ctx); err != nil {
-		a.ln.Close()
+		a.port.Close()
 		return err
 	}
+	ln, err := a.port.listen()
+	if err != nil {
+		a.port.Close()
+		return fmt.Errorf("agent: %w", err)
+	}
+	a.ln = ln
 	a.ready.Store(true)
+	close(a.serving)
 	a.log.Info("agent serving", "listen", a.Addr(), "advertise", net.JoinHostPort(a.self.Host, strconv.Itoa(int(a.self.Port))),
 		"source", strings.Join(a.cfg.source, ","), "destination", strings.Join(a.cfg.destination, ","))
 
@@ -391,7 +409,8 @@ func (a *Agent) learnVersions(ctx context.Context) error {
 		if err == nil {
 			break
 		}
-		a.log.Warn("source cluster not answering ApiVersions yet", "err", err)
+		// ask said at WARN, once, that no broker answers.
+		a.log.Debug("source cluster not answering ApiVersions yet", "err", err)
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("agent: source cluster never answered: %w", err)

@@ -64,6 +64,11 @@ func startFixture(t *testing.T, routes []agent.Route, opts ...agent.Opt) *fixtur
 			t.Errorf("agent.Run: %v", err)
 		}
 	})
+	select {
+	case <-a.Ready():
+	case err := <-done:
+		t.Fatalf("agent.Run returned before serving: %v", err)
+	}
 	return &fixture{src: src, dst: dst, agent: a, addr: a.Addr()}
 }
 

@@ -138,21 +138,28 @@ func encodedSizeHint(req kmsg.Request) int {
 	return n
 }
 
-// collect waits for each shard's answer and decodes it as resp kind.
-func (r *router) collect(ctx context.Context, ss []sent, key, ver int16, start time.Time, kind func() kmsg.Response, each func(s *shard, resp kmsg.Response, err error)) {
+// collect waits for each shard's answer and decodes it as resp kind. A
+// produce waits up to the forward deadline from when it was written
+// upstream (not from when the client's request arrived: it may have been
+// held, or waited for a lease), each shard on its own.
+//
+// A produce past its deadline is answered retriable (invariant 5) and left
+// on its connection: its answer may still come, and is then read and
+// dropped in order. Killing the connection instead would fail every
+// request pipelined behind it, from every client sharing it, and each
+// would resend at once and meet the same slow broker (a retry storm). The
+// connection still dies if its oldest request goes unanswered for the
+// stall timeout (see brokerConn); until the call settles the source may
+// still write it, so settleInflight keeps it counted.
+func (r *router) collect(ctx context.Context, ss []sent, key, ver int16, kind func() kmsg.Response, each func(s *shard, resp kmsg.Response, err error)) {
 	for _, x := range ss {
 		if x.err != nil {
 			each(x.s, nil, x.err)
 			continue
 		}
-		body, err := x.cl.wait(ctx)
-		r.a.observeUpstream(x.s.up.name, key, time.Since(start), err)
+		body, err := r.waitCall(ctx, x.cl, key)
+		r.a.observeUpstream(x.s.up.name, key, time.Since(x.cl.start), err)
 		if err != nil {
-			if errors.Is(err, context.DeadlineExceeded) {
-				// A broker answers one connection's requests in order, so
-				// everything behind this one is stuck too: start afresh.
-				x.cl.conn.die(errForwardDeadline)
-			}
 			each(x.s, nil, err)
 			continue
 		}
@@ -166,10 +173,24 @@ func (r *router) collect(ctx context.Context, ss []sent, key, ver int16, start t
 	}
 }
 
+// waitCall waits for cl's answer; for a produce, at most until the forward
+// deadline after cl was written.
+func (r *router) waitCall(ctx context.Context, cl *call, key int16) ([]byte, error) {
+	if key != 0 {
+		return cl.wait(ctx)
+	}
+	ctx, cancel := context.WithDeadline(ctx, cl.start.Add(r.a.forwardDeadline(nil)))
+	defer cancel()
+	body, err := cl.wait(ctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = fmt.Errorf("%w: %s: %w", errForwardDeadline, cl.conn.addr, err)
+	}
+	return body, err
+}
+
 // --- Produce ---
 
 func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.ProduceRequest) filter.Pending {
-	start := time.Now()
 	var parts []tp
 	for _, t := range req.Topics {
 		for _, p := range t.Partitions {
@@ -205,7 +226,6 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 	}
 
 	expect := req.Acks != 0
-	start = time.Now() // F and the in-flight window start at the send
 	var ss []sent
 	if len(shards) == 1 && len(shards[0].idx) == len(parts) && rewritten == nil {
 		// One leader serves the whole request: forward the client's bytes.
@@ -245,7 +265,9 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 	r.a.sourceUnsent(srcTopics, sentTopics)
 	srcTopics = sentTopics
 	if !expect {
-		r.a.inflight.done(srcTopics, false, start, fwd)
+		// Written just now, never answered: the source may write it
+		// until a forward deadline from now.
+		r.a.inflight.done(srcTopics, false, time.Now(), fwd)
 		x.NoResponse = true
 		for _, s := range ss {
 			if s.err != nil {
@@ -258,8 +280,6 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 	held := r.pins.hold(ss, parts) // see pin.go
 	return pendingFunc(func(ctx context.Context) error {
 		defer r.pins.release(held)
-		ctx, cancel := context.WithDeadline(ctx, start.Add(fwd))
-		defer cancel()
 		results := make([]kmsg.ProduceResponseTopicPartition, len(parts))
 		for i := range results {
 			results[i] = kmsg.NewProduceResponseTopicPartition()
@@ -271,13 +291,11 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 		}
 		var throttle int32
 		hinted := false // a KIP-951 hint names the agent: send its endpoint
-		srcAnswered := true
-		defer func() { r.a.inflight.done(srcTopics, srcAnswered, start, fwd) }()
-		r.collect(ctx, ss, 0, req.Version, start, func() kmsg.Response { return kmsg.NewPtrProduceResponse() },
+		defer r.a.settleInflight(srcTopics, ss)
+		r.collect(ctx, ss, 0, req.Version, func() kmsg.Response { return kmsg.NewPtrProduceResponse() },
 			func(s *shard, resp kmsg.Response, err error) {
 				if err != nil {
 					if s.up == r.a.src {
-						srcAnswered = false
 						r.a.noteUncertain(req, s.idx) // see uncertain.go
 					}
 					// Uncertain: it may have been written. Retriable, never success.
@@ -383,7 +401,6 @@ func contains(idx []int, i int) bool {
 // --- Fetch ---
 
 func (r *router) fetch(ctx context.Context, x *filter.Exchange, req *kmsg.FetchRequest) filter.Pending {
-	start := time.Now()
 	var parts []tp
 	var reqParts []kmsg.FetchRequestTopicPartition
 	for _, t := range req.Topics {
@@ -418,7 +435,7 @@ func (r *router) fetch(ctx context.Context, x *filter.Exchange, req *kmsg.FetchR
 			results[i].HighWatermark, results[i].LastStableOffset, results[i].LogStartOffset = -1, -1, -1
 		}
 		var throttle int32
-		r.collect(ctx, ss, 1, req.Version, start, func() kmsg.Response { return kmsg.NewPtrFetchResponse() },
+		r.collect(ctx, ss, 1, req.Version, func() kmsg.Response { return kmsg.NewPtrFetchResponse() },
 			func(s *shard, resp kmsg.Response, err error) {
 				var fr *kmsg.FetchResponse
 				if err == nil {
@@ -475,14 +492,14 @@ func (r *router) fetch(ctx context.Context, x *filter.Exchange, req *kmsg.FetchR
 // reads (ListOffsets, OffsetForLeaderEpoch) and returns one result per
 // part, in the request's order: the broker's answer where there is one,
 // else blank with the error the client should see.
-func mergeByPartition[P any](r *router, ctx context.Context, ss []sent, key, ver int16, start time.Time, parts []tp, codes []int16,
+func mergeByPartition[P any](r *router, ctx context.Context, ss []sent, key, ver int16, parts []tp, codes []int16,
 	kind func() kmsg.Response, each func(kmsg.Response, func(topic string, partition int32, p P)),
 	blank func(partition int32, code int16) P, code func(P) int16) []P {
 	results := make([]P, len(parts))
 	for i := range results {
 		results[i] = blank(parts[i].partition, codes[i])
 	}
-	r.collect(ctx, ss, key, ver, start, kind, func(s *shard, resp kmsg.Response, err error) {
+	r.collect(ctx, ss, key, ver, kind, func(s *shard, resp kmsg.Response, err error) {
 		if err != nil {
 			for _, i := range s.idx {
 				results[i] = blank(parts[i].partition, errorCode(err))
@@ -509,7 +526,6 @@ func mergeByPartition[P any](r *router, ctx context.Context, ss []sent, key, ver
 // --- ListOffsets ---
 
 func (r *router) listOffsets(ctx context.Context, x *filter.Exchange, req *kmsg.ListOffsetsRequest) filter.Pending {
-	start := time.Now()
 	var parts []tp
 	var reqParts []kmsg.ListOffsetsRequestTopicPartition
 	for _, t := range req.Topics {
@@ -533,7 +549,7 @@ func (r *router) listOffsets(ctx context.Context, x *filter.Exchange, req *kmsg.
 		return sub
 	}, true)
 	return pendingFunc(func(ctx context.Context) error {
-		results := mergeByPartition(r, ctx, ss, 2, req.Version, start, parts, codes,
+		results := mergeByPartition(r, ctx, ss, 2, req.Version, parts, codes,
 			func() kmsg.Response { return kmsg.NewPtrListOffsetsResponse() },
 			func(resp kmsg.Response, yield func(string, int32, kmsg.ListOffsetsResponseTopicPartition)) {
 				for _, t := range resp.(*kmsg.ListOffsetsResponse).Topics {
@@ -565,7 +581,6 @@ func (r *router) listOffsets(ctx context.Context, x *filter.Exchange, req *kmsg.
 // --- OffsetForLeaderEpoch ---
 
 func (r *router) offsetForLeaderEpoch(ctx context.Context, x *filter.Exchange, req *kmsg.OffsetForLeaderEpochRequest) filter.Pending {
-	start := time.Now()
 	var parts []tp
 	var reqParts []kmsg.OffsetForLeaderEpochRequestTopicPartition
 	for _, t := range req.Topics {
@@ -589,7 +604,7 @@ func (r *router) offsetForLeaderEpoch(ctx context.Context, x *filter.Exchange, r
 		return sub
 	}, true)
 	return pendingFunc(func(ctx context.Context) error {
-		results := mergeByPartition(r, ctx, ss, 23, req.Version, start, parts, codes,
+		results := mergeByPartition(r, ctx, ss, 23, req.Version, parts, codes,
 			func() kmsg.Response { return kmsg.NewPtrOffsetForLeaderEpochResponse() },
 			func(resp kmsg.Response, yield func(string, int32, kmsg.OffsetForLeaderEpochResponseTopicPartition)) {
 				for _, t := range resp.(*kmsg.OffsetForLeaderEpochResponse).Topics {

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/baton-kafka/baton/agent"
@@ -54,23 +56,34 @@ func rawBatch(values ...string) []byte {
 // returns the partition's error code.
 func produceRaw(t *testing.T, addr, topic string, values ...string) int16 {
 	t.Helper()
+	code, err := produceOnce(context.Background(), newClient(t, addr), topic, values...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return code
+}
+
+// produceOnce sends one produce request for topic/0 on cl, without the
+// client's retries, and returns the partition's error code. It does not
+// touch t: tests call it from goroutines.
+func produceOnce(ctx context.Context, cl *kgo.Client, topic string, values ...string) (int16, error) {
 	req := kmsg.NewPtrProduceRequest()
 	req.Acks = -1
 	req.TimeoutMillis = 10000
 	req.Topics = []kmsg.ProduceRequestTopic{{Topic: topic, Partitions: []kmsg.ProduceRequestTopicPartition{{Partition: 0, Records: rawBatch(values...)}}}}
-	resp, err := newClient(t, addr).Request(context.Background(), req)
+	resp, err := cl.Request(ctx, req)
 	if err != nil {
-		t.Fatalf("produce through the agent: %v", err)
+		return 0, fmt.Errorf("produce through the agent: %w", err)
 	}
 	pr := resp.(*kmsg.ProduceResponse)
 	if len(pr.Topics) != 1 || len(pr.Topics[0].Partitions) != 1 {
-		t.Fatalf("produce response has %d topics", len(pr.Topics))
+		return 0, fmt.Errorf("produce response has %d topics", len(pr.Topics))
 	}
 	p := pr.Topics[0].Partitions[0]
 	if p.CurrentLeader.LeaderID != -1 || p.CurrentLeader.LeaderEpoch != -1 {
-		t.Errorf("response carries a leader hint %+v; the agent must strip it", p.CurrentLeader)
+		return 0, fmt.Errorf("response carries a leader hint %+v; the agent must strip it", p.CurrentLeader)
 	}
-	return p.ErrorCode
+	return p.ErrorCode, nil
 }
 
 // Invariant 5: a forwarded write whose outcome is unknown within the

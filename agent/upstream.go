@@ -22,24 +22,41 @@ var (
 	ErrUpstreamClosed  = errors.New("upstream connection closed")
 	ErrNoBrokers       = errors.New("no reachable broker")
 	errCorrelationSkew = errors.New("upstream answered out of order")
+	errUnsolicited     = errors.New("upstream sent a response to no request")
+	errStalled         = errors.New("upstream answered nothing for too long")
+	// errNotSent marks a request that never reached the broker whole: the
+	// connection was dead before it, or the write failed. A broker acts
+	// only on a whole frame, so it may be sent again elsewhere.
+	errNotSent = errors.New("request not sent")
 )
 
 // brokerConn is one pipelined connection to one broker: requests are
 // written in call order and answered in the same order, per the protocol.
+//
+// It reads all the time, not only while a request waits: a broker that
+// restarts or resets the connection while it idles is noticed at once, so
+// the next request redials instead of being written into a dead socket
+// (where its outcome would be unknown).
 type brokerConn struct {
-	addr        string
-	nc          net.Conn
-	readTimeout time.Duration
+	addr string
+	nc   net.Conn
+	// stallTimeout bounds how long the oldest request may wait for its
+	// answer before the connection is given up (a hung broker): the read
+	// deadline follows the oldest outstanding request.
+	stallTimeout time.Duration
 
 	wmu  sync.Mutex
 	corr int32
 	buf  []byte
 	iov  [][]byte
 
-	pending chan *call
-	dead    chan struct{}
-	once    sync.Once
-	err     atomic.Pointer[error]
+	qmu   sync.Mutex
+	queue []*call // written, unanswered, in write order
+
+	dead   chan struct{}
+	once   sync.Once
+	err    atomic.Pointer[error]
+	diedAt atomic.Int64 // unix nanoseconds
 }
 
 type call struct {
@@ -50,21 +67,20 @@ type call struct {
 	done  chan struct{}
 	resp  []byte
 	err   error
-	start time.Time
+	start time.Time // when it was written upstream
 }
 
-func dialBroker(ctx context.Context, addr string, dialTimeout, readTimeout time.Duration) (*brokerConn, error) {
+func dialBroker(ctx context.Context, addr string, dialTimeout, stallTimeout time.Duration) (*brokerConn, error) {
 	d := net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}
 	c := &brokerConn{
-		addr:        addr,
-		nc:          nc,
-		readTimeout: readTimeout,
-		pending:     make(chan *call, 256),
-		dead:        make(chan struct{}),
+		addr:         addr,
+		nc:           nc,
+		stallTimeout: stallTimeout,
+		dead:         make(chan struct{}),
 	}
 	go c.readLoop()
 	return c, nil
@@ -79,11 +95,22 @@ func (c *brokerConn) isDead() bool {
 	}
 }
 
+// die closes the connection and fails every request still waiting on it.
 func (c *brokerConn) die(err error) {
 	c.once.Do(func() {
 		c.err.Store(&err)
+		c.diedAt.Store(time.Now().UnixNano())
 		close(c.dead)
 		c.nc.Close()
+		c.qmu.Lock()
+		q := c.queue
+		c.queue = nil
+		c.qmu.Unlock()
+		derr := c.deathErr()
+		for _, cl := range q {
+			cl.err = derr
+			close(cl.done)
+		}
 	})
 }
 
@@ -101,12 +128,13 @@ func (c *brokerConn) send(key, ver int16, clientID *string, body []byte, expectR
 }
 
 // sendv writes one request whose body is the concatenation of segs, with
-// one writev and without copying the segments.
+// one writev and without copying the segments. An error wrapping
+// errNotSent means the broker cannot have seen the request.
 func (c *brokerConn) sendv(key, ver int16, clientID *string, segs [][]byte, expectResp bool) (*call, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if c.isDead() {
-		return nil, c.deathErr()
+		return nil, fmt.Errorf("%w: %w", errNotSent, c.deathErr())
 	}
 	c.corr++
 	cl := &call{conn: c, corr: c.corr, key: key, ver: ver, done: make(chan struct{}), start: time.Now()}
@@ -116,54 +144,73 @@ func (c *brokerConn) sendv(key, ver int16, clientID *string, segs [][]byte, expe
 		size += len(s)
 	}
 	binary.BigEndian.PutUint32(c.buf, uint32(size))
+	// Queued before it is written: the answer may come before Write returns.
+	if expectResp && !c.enqueue(cl) {
+		return nil, fmt.Errorf("%w: %w", errNotSent, c.deathErr())
+	}
 	c.iov = append(append(c.iov[:0], c.buf), segs...)
 	bufs := net.Buffers(c.iov)
 	_, err := bufs.WriteTo(c.nc)
 	clear(c.iov) // drop references to the caller's buffers
 	if err != nil {
+		// Part of the frame at most reached the broker, which acts only
+		// on whole frames: not sent.
 		c.die(err)
-		return nil, c.deathErr()
+		return nil, fmt.Errorf("%w: %w", errNotSent, c.deathErr())
 	}
 	if !expectResp {
 		return nil, nil
 	}
-	select {
-	case c.pending <- cl:
-	case <-c.dead:
-		return nil, c.deathErr()
+	return cl, nil
+}
+
+// enqueue adds a call about to be written; false if the connection died.
+func (c *brokerConn) enqueue(cl *call) bool {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	if c.isDead() {
+		return false
+	}
+	c.queue = append(c.queue, cl)
+	if len(c.queue) == 1 {
+		c.nc.SetReadDeadline(cl.start.Add(c.stallTimeout))
+	}
+	return true
+}
+
+// answered takes the oldest call off the queue for the response with
+// correlation id corr, and moves the read deadline to the next one (none
+// while idle: an idle connection may stay open for as long as it lives).
+func (c *brokerConn) answered(corr int32) (*call, error) {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	if len(c.queue) == 0 {
+		return nil, fmt.Errorf("%w: correlation id %d", errUnsolicited, corr)
+	}
+	cl := c.queue[0]
+	if cl.corr != corr {
+		return nil, fmt.Errorf("%w: correlation id %d, want %d", errCorrelationSkew, corr, cl.corr)
+	}
+	c.queue[0] = nil
+	c.queue = c.queue[1:]
+	if len(c.queue) == 0 {
+		c.queue = nil
+		c.nc.SetReadDeadline(time.Time{})
+	} else {
+		c.nc.SetReadDeadline(c.queue[0].start.Add(c.stallTimeout))
 	}
 	return cl, nil
 }
 
 func (c *brokerConn) readLoop() {
 	br := bufio.NewReaderSize(c.nc, 64<<10)
-	var cl *call
-	defer func() {
-		err := c.deathErr()
-		if cl != nil {
-			cl.err = err
-			close(cl.done)
-		}
-		for {
-			select {
-			case p := <-c.pending:
-				p.err = err
-				close(p.done)
-			default:
-				return
-			}
-		}
-	}()
 	for {
-		select {
-		case cl = <-c.pending:
-		case <-c.dead:
-			cl = nil
-			return
-		}
-		c.nc.SetReadDeadline(time.Now().Add(c.readTimeout))
 		frame, err := readFrame(br, 1<<30)
 		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				err = fmt.Errorf("%w (%s): %w", errStalled, c.stallTimeout, err)
+			}
 			c.die(err)
 			return
 		}
@@ -171,21 +218,35 @@ func (c *brokerConn) readLoop() {
 			c.die(ErrFrameTooSmall)
 			return
 		}
-		if corr := int32(binary.BigEndian.Uint32(frame)); corr != cl.corr {
-			c.die(fmt.Errorf("%w: correlation id %d, want %d", errCorrelationSkew, corr, cl.corr))
+		cl, err := c.answered(int32(binary.BigEndian.Uint32(frame)))
+		if err != nil {
+			c.die(err)
 			return
 		}
 		body := frame[4:]
 		if responseHeaderFlexible(cl.key, cl.ver) {
 			if body, err = skipTags(body); err != nil {
-				c.die(err)
+				c.die(err) // first: settled reads when it died
+				cl.err = c.deathErr()
+				close(cl.done)
 				return
 			}
 		}
+		// A call whose waiter gave up (forward deadline) is answered all
+		// the same, in order, and nobody reads it: its connection stays.
 		cl.resp = body
 		close(cl.done)
-		cl = nil
 	}
+}
+
+// settled reports, once cl is answered or its connection died, whether the
+// broker answered and when the connection died. It must only be called
+// after done closed.
+func (cl *call) settled() (answered bool, died time.Time) {
+	if cl.err == nil {
+		return true, time.Time{}
+	}
+	return false, time.Unix(0, cl.conn.diedAt.Load())
 }
 
 func (cl *call) wait(ctx context.Context) ([]byte, error) {
@@ -212,7 +273,11 @@ type upstream struct {
 	bootstrap []string
 	poolSize  int
 	dialTO    time.Duration
+	// readTO bounds the oldest unanswered request on a client
+	// connection's own upstream connection (parked requests, see parks);
+	// stallTO the same on a pooled one.
 	readTO    time.Duration
+	stallTO   time.Duration
 	log       *slog.Logger
 	onLatency func(cluster string, key int16, d time.Duration, err error)
 
@@ -222,13 +287,22 @@ type upstream struct {
 	coords     map[coordKey]int32
 	versions   map[int16][2]int16
 	features   *kmsg.ApiVersionsResponse
-	conns      map[string][]*brokerConn
-	dialMu     sync.Mutex
+	conns      map[string][]*poolSlot
 	clusterID  *string
 	controller int32
 	// versionsSeen counts ApiVersions answers, so that what the agent
 	// advertises is recomputed only when they change.
 	versionsSeen atomic.Uint64
+
+	health clusterHealth
+}
+
+// poolSlot is one pooled connection to a broker. Its own lock serializes
+// dialing it, so a broker that takes long to dial holds up only the
+// requests for that slot, not the rest of the cluster.
+type poolSlot struct {
+	dialMu sync.Mutex
+	c      atomic.Pointer[brokerConn]
 }
 
 type coordKey struct {
@@ -243,70 +317,77 @@ func newUpstream(name string, bootstrap []string, poolSize int, dialTO, readTO t
 		poolSize:  poolSize,
 		dialTO:    dialTO,
 		readTO:    readTO,
+		stallTO:   readTO,
 		log:       log.With("cluster", name),
 		brokers:   map[int32]string{},
 		leaders:   map[string][]int32{},
 		coords:    map[coordKey]int32{},
-		conns:     map[string][]*brokerConn{},
+		conns:     map[string][]*poolSlot{},
 	}
 }
 
-// conn returns pooled connection idx%poolSize to addr, dialing if needed.
-func (u *upstream) conn(ctx context.Context, addr string, idx uint64) (*brokerConn, error) {
-	slot := int(idx % uint64(u.poolSize))
+func (u *upstream) slot(addr string, idx uint64) *poolSlot {
+	i := int(idx % uint64(u.poolSize))
 	u.mu.RLock()
 	pool := u.conns[addr]
-	var c *brokerConn
-	if slot < len(pool) {
-		c = pool[slot]
-	}
 	u.mu.RUnlock()
-	if c != nil && !c.isDead() {
-		return c, nil
-	}
-	u.dialMu.Lock()
-	defer u.dialMu.Unlock()
-	u.mu.RLock()
-	pool = u.conns[addr]
-	if slot < len(pool) && pool[slot] != nil && !pool[slot].isDead() {
-		c = pool[slot]
-	}
-	u.mu.RUnlock()
-	if c != nil {
-		return c, nil
-	}
-	c, err := dialBroker(ctx, addr, u.dialTO, u.readTO)
-	if err != nil {
-		return nil, fmt.Errorf("%s cluster: dialing %s: %w", u.name, addr, err)
+	if pool != nil {
+		return pool[i]
 	}
 	u.mu.Lock()
-	pool = u.conns[addr]
-	for len(pool) <= slot {
-		pool = append(pool, nil)
+	defer u.mu.Unlock()
+	if pool = u.conns[addr]; pool == nil {
+		pool = make([]*poolSlot, u.poolSize)
+		for j := range pool {
+			pool[j] = &poolSlot{}
+		}
+		u.conns[addr] = pool
 	}
-	pool[slot] = c
-	u.conns[addr] = pool
-	u.mu.Unlock()
+	return pool[i]
+}
+
+// conn returns pooled connection idx%poolSize to addr, dialing if it has
+// none or the one it had died.
+func (u *upstream) conn(ctx context.Context, addr string, idx uint64) (*brokerConn, error) {
+	s := u.slot(addr, idx)
+	if c := s.c.Load(); c != nil && !c.isDead() {
+		return c, nil
+	}
+	s.dialMu.Lock()
+	defer s.dialMu.Unlock()
+	if c := s.c.Load(); c != nil && !c.isDead() {
+		return c, nil // another request redialed meanwhile
+	}
+	c, err := dialBroker(ctx, addr, u.dialTO, u.stallTO)
+	if err != nil {
+		return nil, fmt.Errorf("%s cluster: dialing %s: %w: %w", u.name, addr, errNotSent, err)
+	}
+	s.c.Store(c)
 	return c, nil
 }
 
 // sendv writes a request body made of segments to addr on pooled
-// connection idx.
+// connection idx. A request that never reached the broker because its
+// connection had died (a broker restart noticed only now) is written once
+// more on a fresh connection.
 func (u *upstream) sendv(ctx context.Context, addr string, idx uint64, key, ver int16, clientID *string, segs [][]byte, expect bool) (*call, error) {
-	c, err := u.conn(ctx, addr, idx)
-	if err != nil {
-		return nil, err
+	var err error
+	for range 2 {
+		var c *brokerConn
+		if c, err = u.conn(ctx, addr, idx); err != nil {
+			return nil, err
+		}
+		var cl *call
+		if cl, err = c.sendv(key, ver, clientID, segs, expect); err == nil || !errors.Is(err, errNotSent) {
+			return cl, err
+		}
 	}
-	return c.sendv(key, ver, clientID, segs, expect)
+	return nil, err
 }
 
 // send writes a raw request body to addr on pooled connection idx.
 func (u *upstream) send(ctx context.Context, addr string, idx uint64, key, ver int16, clientID *string, body []byte, expect bool) (*call, error) {
-	c, err := u.conn(ctx, addr, idx)
-	if err != nil {
-		return nil, err
-	}
-	return c.send(key, ver, clientID, body, expect)
+	return u.sendv(ctx, addr, idx, key, ver, clientID, [][]byte{body}, expect)
 }
 
 // roundTrip sends a typed request to addr and decodes the answer.
@@ -352,14 +433,18 @@ func (u *upstream) ask(ctx context.Context, req kmsg.Request) (kmsg.Response, st
 	for _, addr := range u.anyBrokers() {
 		resp, err := u.roundTrip(ctx, addr, req)
 		if err == nil {
+			u.reachable(addr)
 			return resp, addr, nil
 		}
 		errs = append(errs, err)
 		if ctx.Err() != nil {
-			break
+			// The asker gave up: that says nothing about the cluster.
+			return nil, "", fmt.Errorf("%s cluster: %w", u.name, errors.Join(errs...))
 		}
 	}
-	return nil, "", fmt.Errorf("%s cluster: %w: %w", u.name, ErrNoBrokers, errors.Join(errs...))
+	err := fmt.Errorf("%s cluster: %w: %w", u.name, ErrNoBrokers, errors.Join(errs...))
+	u.unreachable(err)
+	return nil, "", err
 }
 
 // version returns the highest version of key that every broker asked so far
@@ -437,6 +522,11 @@ func (u *upstream) metadata(ctx context.Context, topics []string, allowAuto bool
 	u.mu.Lock()
 	u.clusterID = md.ClusterID
 	u.controller = md.ControllerID
+	if len(md.Brokers) > 0 {
+		// The answer lists the live brokers: one that left (or is down)
+		// must not stay a place to send questions or partitions to.
+		u.brokers = make(map[int32]string, len(md.Brokers))
+	}
 	for _, b := range md.Brokers {
 		u.brokers[b.NodeID] = net.JoinHostPort(b.Host, fmt.Sprint(b.Port))
 	}
@@ -583,8 +673,8 @@ func (u *upstream) close() {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	for _, pool := range u.conns {
-		for _, c := range pool {
-			if c != nil {
+		for _, s := range pool {
+			if c := s.c.Load(); c != nil {
 				c.die(errors.New("agent shutting down"))
 			}
 		}

@@ -135,6 +135,11 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	agentDone := make(chan error, 1)
 	go func() { agentDone <- ag.Run(ctx) }()
+	select {
+	case <-ag.Ready():
+	case err := <-agentDone:
+		return fmt.Errorf("agent: %w", err)
+	}
 	say("agent:               %s (the producer bootstraps from it, not from a cluster)", ag.Addr())
 
 	if _, err := cp.AddTopic(ctx, controlplane.TopicSpec{Name: cfg.Topic, State: controlplane.Proxy}, "demo"); err != nil {

@@ -482,6 +482,11 @@ func startCutoverAgent(t *testing.T, ctx context.Context, name, src, dst string,
 			t.Errorf("agent %s: Run: %v", name, err)
 		}
 	})
+	select {
+	case <-a.Ready():
+	case <-ctx.Done():
+		t.Fatalf("agent %s never served: %v", name, ctx.Err())
+	}
 	if err := pingAgent(ctx, a.Addr()); err != nil {
 		t.Fatalf("agent %s never answered: %v", name, err)
 	}

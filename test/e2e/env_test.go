@@ -180,6 +180,11 @@ func startAgent(ctx context.Context, e *env) (func() error, error) {
 		}
 		return nil
 	}
+	select {
+	case <-a.Ready():
+	case <-ctx.Done():
+		return stop, fmt.Errorf("agent in front of %s never served: %w", e.name, ctx.Err())
+	}
 	if err := pingAgent(ctx, e.agent); err != nil {
 		return stop, fmt.Errorf("agent in front of %s at %s never answered: %w", e.name, e.agent, err)
 	}

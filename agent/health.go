@@ -1,0 +1,53 @@
+package agent
+
+import (
+	"strings"
+	"sync"
+	"time"
+)
+
+// clusterHealth remembers whether a cluster answered the agent's last
+// cluster-wide question, so that losing every broker is said once, at
+// WARN, with what to check, and getting one back once, at INFO, however
+// many requests fail in between.
+type clusterHealth struct {
+	mu      sync.Mutex
+	reached bool      // some broker answered since the agent started
+	lost    time.Time // when no broker answered; zero while reachable
+	// startNote says what the agent does until the cluster first answers.
+	startNote string
+}
+
+// unreachable records that no broker of u answered; err says why.
+func (u *upstream) unreachable(err error) {
+	h := &u.health
+	h.mu.Lock()
+	first, never := h.lost.IsZero(), !h.reached
+	if first {
+		h.lost = time.Now()
+	}
+	h.mu.Unlock()
+	if !first {
+		return
+	}
+	msg := u.name + " cluster unreachable: no broker answered; check that its brokers are up and that this host can reach them (address, port, firewall, advertised listeners)"
+	if never && h.startNote != "" {
+		msg += "; " + h.startNote
+	}
+	u.log.Warn(msg, "brokers", strings.Join(u.anyBrokers(), ","), "err", err)
+}
+
+// reachable records that broker addr of u answered.
+func (u *upstream) reachable(addr string) {
+	h := &u.health
+	h.mu.Lock()
+	lost, first := h.lost, !h.reached
+	h.lost, h.reached = time.Time{}, true
+	h.mu.Unlock()
+	switch {
+	case !lost.IsZero():
+		u.log.Info(u.name+" cluster reachable again", "broker", addr, "after", time.Since(lost).Round(time.Millisecond))
+	case first:
+		u.log.Debug(u.name+" cluster reached", "broker", addr)
+	}
+}
