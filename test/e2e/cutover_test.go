@@ -99,9 +99,10 @@ func TestCutoverEveryClient(t *testing.T) {
 const (
 	cutoverRecords = 600
 	// cutoverPauseAt is the first record a client sends only after
-	// MIGRATING, which the test pushes once a third of the records are
-	// acked: a margin of a sixth for acks a client reports late (kcat
-	// prints a burst's delivery reports when it reads the next one).
+	// MIGRATING, which the test pushes once a tenth of the records are
+	// acked: a wide margin for acks a client reports late (kcat prints a
+	// burst's delivery reports only when it reads the next one; on Apache
+	// Kafka it had reported 160 of the 300 sent before the pause).
 	cutoverPauseAt    = cutoverRecords / 2
 	cutoverRate       = 120 // records per second: 5 s per run
 	cutoverPartitions = 3
@@ -207,7 +208,7 @@ func cutoverCase(t *testing.T, s cutoverSpec) {
 	}
 	ackedAtMigrating := -1
 	drained := false
-	if waitUntil("a third of the acks", 2*time.Minute, func() bool { return acked.Load() >= cutoverRecords/3 }) {
+	if waitUntil("a tenth of the acks", 2*time.Minute, func() bool { return acked.Load() >= cutoverRecords/10 }) {
 		routes.Replace([]agent.Route{{Topic: topic, State: agent.Migrating, Mode: agent.Hold}})
 		rec.mark(&rec.migratingAt)
 		ackedAtMigrating = int(acked.Load())
