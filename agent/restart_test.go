@@ -3,10 +3,8 @@ package agent_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -15,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/baton-kafka/baton/agent"
+	"github.com/baton-kafka/baton/test/netfault"
 )
 
 // kcatProduce runs `kcat -P` through addr once, writing one record to topic,
@@ -35,38 +34,6 @@ func kcatProduce(ctx context.Context, addr, topic, value string) error {
 		return fmt.Errorf("kcat -P: %w: %s", err, strings.TrimSpace(stderr.String()))
 	}
 	return nil
-}
-
-// killSockets destroys every TCP socket matching filter (ss syntax) with
-// `ss -K`, as a crash or a reset on the path would. It skips t when ss
-// cannot destroy sockets here (root and CONFIG_INET_DIAG_DESTROY needed),
-// found out on a loopback connection of its own first.
-func killSockets(t *testing.T, filter ...string) {
-	t.Helper()
-	if _, err := exec.LookPath("ss"); err != nil {
-		t.Skipf("ss (iproute2) not installed: %v", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	probe, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer probe.Close()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	if out, err := exec.Command("ss", "-K", "-tn", "dst", "127.0.0.1", "dport", "=", ":"+port).CombinedOutput(); err != nil {
-		t.Skipf("ss -K failed (needs root and CONFIG_INET_DIAG_DESTROY): %v: %s", err, out)
-	}
-	probe.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if _, err := probe.Read(make([]byte, 1)); errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Skip("ss -K did not destroy a loopback socket (kernel without CONFIG_INET_DIAG_DESTROY?)")
-	}
-	if out, err := exec.Command("ss", append([]string{"-K", "-tn"}, filter...)...).CombinedOutput(); err != nil {
-		t.Fatalf("ss -K %v: %v: %s", filter, err, out)
-	}
 }
 
 // TestSocketsKilledUnderTheAgent: every upstream socket of the agent is
@@ -102,7 +69,7 @@ func TestSocketsKilledUnderTheAgent(t *testing.T) {
 			}
 			for _, a := range f.src.Addrs() {
 				_, port, _ := net.SplitHostPort(a)
-				killSockets(t, side.filter(port)...)
+				netfault.KillSockets(t, side.filter(port)...)
 			}
 			for i := range agent.DefaultUpstreamConns {
 				if code := produceRaw(t, f.addr, topic, fmt.Sprint("first-", i)); code != 0 {

@@ -2,11 +2,8 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
-	"os"
-	"os/exec"
 	"sort"
 	"sync"
 	"testing"
@@ -15,6 +12,7 @@ import (
 	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/test/clients"
 	"github.com/baton-kafka/baton/test/kafka"
+	"github.com/baton-kafka/baton/test/netfault"
 )
 
 // ackLog collects one producer run's acks as they come, for a test that
@@ -162,7 +160,7 @@ func TestBrokerRestartUnderTheAgent(t *testing.T) {
 	// Now every pooled upstream connection dies at once, while idle.
 	for _, a := range c.Addrs() {
 		_, port, _ := net.SplitHostPort(a)
-		killSockets(t, "dst", "127.0.0.1", "dport", "=", ":"+port)
+		netfault.KillSockets(t, "dst", "127.0.0.1", "dport", "=", ":"+port)
 	}
 	delivered := 0
 	for i := range 10 {
@@ -184,36 +182,4 @@ func TestBrokerRestartUnderTheAgent(t *testing.T) {
 		}
 	}
 	t.Logf("%d of 10 kcat runs delivered after ss -K", delivered)
-}
-
-// killSockets destroys every TCP socket matching filter (ss syntax) with
-// `ss -K`, as a crash or a reset on the path would. It skips t when ss
-// cannot destroy sockets here (root and CONFIG_INET_DIAG_DESTROY needed),
-// found out on a loopback connection of its own first.
-func killSockets(t *testing.T, filter ...string) {
-	t.Helper()
-	if _, err := exec.LookPath("ss"); err != nil {
-		t.Skipf("ss (iproute2) not installed: %v", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	probe, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer probe.Close()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	if out, err := exec.Command("ss", "-K", "-tn", "dst", "127.0.0.1", "dport", "=", ":"+port).CombinedOutput(); err != nil {
-		t.Skipf("ss -K failed (needs root and CONFIG_INET_DIAG_DESTROY): %v: %s", err, out)
-	}
-	probe.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if _, err := probe.Read(make([]byte, 1)); errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Skip("ss -K did not destroy a loopback socket (kernel without CONFIG_INET_DIAG_DESTROY?)")
-	}
-	if out, err := exec.Command("ss", append([]string{"-K", "-tn"}, filter...)...).CombinedOutput(); err != nil {
-		t.Fatalf("ss -K %v: %v: %s", filter, err, out)
-	}
 }
