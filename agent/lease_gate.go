@@ -29,8 +29,9 @@ const leaseWaitPoll = 10 * time.Millisecond
 // goes to the destination.
 //
 // A source-bound answer comes counted in flight (see inflight): the count
-// is taken before the final lookup, so a heartbeat that reports the topic
-// stopped also counts this request until it is answered. The caller MUST
+// is taken before a confirming lookup, so a heartbeat that reports the
+// topic stopped also counts this request until it is answered; writes to
+// the destination never touch the count. The caller MUST
 // end that count (sourceUnsent or inflight.done).
 func (r *router) routeWrite(ctx context.Context, topic string, arrived time.Time) *upstream {
 	if arrived.IsZero() {
@@ -72,13 +73,18 @@ func (r *router) routeWrite(ctx context.Context, topic string, arrived time.Time
 	last := false // the deadline passed: decide once more, then give up
 	for {
 		changed := r.a.routes.Changed()
-		r.a.inflight.add1(topic, 1)
 		route := r.a.routes.Lookup(topic)
 		target := route.Target()
 		if target == ToSource && r.a.leaseValid() {
-			return r.a.src // counted
+			// Count, then confirm the route: a route change the count
+			// missed is one this lookup sees.
+			r.a.inflight.add1(topic, 1)
+			if route = r.a.routes.Lookup(topic); route.Target() == ToSource {
+				return r.a.src // counted
+			}
+			r.a.inflight.add1(topic, -1)
+			target = route.Target()
 		}
-		r.a.inflight.add1(topic, -1)
 		switch {
 		case target == ToDestination:
 			return r.a.dst
