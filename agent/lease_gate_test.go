@@ -1,12 +1,9 @@
 package agent_test
 
 import (
-	"bufio"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -260,49 +257,12 @@ func TestProduceCountedInFlightBeforeItIsSent(t *testing.T) {
 	})
 }
 
-// produceOnRawConn writes one Produce v7 for topic/0 on a connection of its
-// own (no metadata asked first) and returns the partition's error code.
+// produceOnRawConn writes one Produce v7 of values to topic/0 on a
+// connection of its own (no metadata asked first) and returns the
+// partition's error code.
 func produceOnRawConn(t *testing.T, addr, topic string, values ...string) int16 {
-	req := kmsg.NewPtrProduceRequest()
-	req.Version = 7
-	req.Acks = -1
-	req.TimeoutMillis = 10000
-	req.Topics = []kmsg.ProduceRequestTopic{{Topic: topic, Partitions: []kmsg.ProduceRequestTopicPartition{{Partition: 0, Records: rawBatch(values...)}}}}
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Error(err)
-		return -1
-	}
-	defer nc.Close()
-	frame := binary.BigEndian.AppendUint32(nil, 0)
-	frame = binary.BigEndian.AppendUint16(frame, 0) // Produce
-	frame = binary.BigEndian.AppendUint16(frame, uint16(req.Version))
-	frame = binary.BigEndian.AppendUint32(frame, 7)      // correlation id
-	frame = binary.BigEndian.AppendUint16(frame, 0xffff) // null client id
-	frame = req.AppendTo(frame)
-	binary.BigEndian.PutUint32(frame, uint32(len(frame)-4))
-	if _, err := nc.Write(frame); err != nil {
-		t.Error(err)
-		return -1
-	}
-	br := bufio.NewReader(nc)
-	var size [4]byte
-	if _, err := io.ReadFull(br, size[:]); err != nil {
-		t.Error(err)
-		return -1
-	}
-	body := make([]byte, binary.BigEndian.Uint32(size[:]))
-	if _, err := io.ReadFull(br, body); err != nil {
-		t.Error(err)
-		return -1
-	}
-	resp := req.ResponseKind().(*kmsg.ProduceResponse)
-	resp.Version = req.Version
-	if err := resp.ReadFrom(body[4:]); err != nil {
-		t.Error(err)
-		return -1
-	}
-	return resp.Topics[0].Partitions[0].ErrorCode
+	code, _ := agent.DialRaw(t, addr).Produce(topic, rawBatch(values...))
+	return code
 }
 
 // Writes other than produce (offset commits, admin requests) reach the

@@ -254,37 +254,9 @@ func TestProduceAfterNotLeaderWaitsForTheResend(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	nc, err := net.Dial("tcp", a.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	br := bufio.NewReader(nc)
-	produce := func(corr int32, seq int32) (int16, int64) {
-		req := kmsg.NewPtrProduceRequest()
-		req.Version, req.Acks, req.TimeoutMillis = 7, -1, 30000
-		req.Topics = []kmsg.ProduceRequestTopic{{Topic: topic, Partitions: []kmsg.ProduceRequestTopicPartition{{
-			Partition: 0, Records: pinTestSeqBatch(fmt.Sprint("seq ", seq), pid, epoch, seq)}}}}
-		frame := kmsg.NewRequestFormatter(kmsg.FormatterClientID("gap-test")).AppendRequest(nil, req, corr)
-		if _, err := nc.Write(frame); err != nil {
-			t.Fatalf("writing produce %d: %v", corr, err)
-		}
-		nc.SetReadDeadline(time.Now().Add(30 * time.Second))
-		var size [4]byte
-		if _, err := io.ReadFull(br, size[:]); err != nil {
-			t.Fatalf("reading response %d: %v", corr, err)
-		}
-		body := make([]byte, binary.BigEndian.Uint32(size[:]))
-		if _, err := io.ReadFull(br, body); err != nil {
-			t.Fatalf("reading response %d: %v", corr, err)
-		}
-		resp := kmsg.NewPtrProduceResponse()
-		resp.Version = 7
-		if err := resp.ReadFrom(body[4:]); err != nil {
-			t.Fatalf("decoding response %d: %v", corr, err)
-		}
-		p := resp.Topics[0].Partitions[0]
-		return p.ErrorCode, p.BaseOffset
+	conn := DialRaw(t, a.Addr())
+	produce := func(_ int32, seq int32) (int16, int64) {
+		return conn.Produce(topic, pinTestSeqBatch(fmt.Sprint("seq ", seq), pid, epoch, seq))
 	}
 	notLeader := kerr.NotLeaderForPartition.Code
 	if code, _ := produce(1, 0); code != notLeader {
