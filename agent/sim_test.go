@@ -12,6 +12,10 @@ package agent
 // and restarted, writes whose answer is lost, replication stalls, and
 // migrations and aborts at random moments.
 //
+// Every time.Sleep here is a delay of the model on the bubble's virtual
+// clock (synctest advances it when every goroutine waits), not a wait for
+// the machine: a seed takes milliseconds, whatever the load.
+//
 // The model of the network: a request the agent writes to the source is
 // applied there within F of being sent, or never (its answer may still be
 // lost). That is the assumption the protocol's forward deadline rests on.
