@@ -71,11 +71,11 @@ func VerifyWithOpts(ctx context.Context, source, destination []string, topic, ma
 		return nil, err
 	}
 	m := maps[topic]
-	srcRecs, err := readAll(ctx, source, topic, true, srcOpts, VerifyStall)
+	srcRecs, err := readAll(ctx, source, topic, true, srcOpts, &stallWatch{limit: VerifyStall})
 	if err != nil {
 		return nil, fmt.Errorf("reading the source: %w", err)
 	}
-	dstRecs, err := readAll(ctx, destination, topic, false, dstOpts, VerifyStall)
+	dstRecs, err := readAll(ctx, destination, topic, false, dstOpts, &stallWatch{limit: VerifyStall})
 	if err != nil {
 		return nil, fmt.Errorf("reading the destination: %w", err)
 	}
@@ -146,8 +146,9 @@ func diffRecord(a, b *kgo.Record) string {
 // readAll reads every partition of topic from the start until each has
 // reached its end offset (the last stable offset when committed). Control
 // records are read, so that a log ending in a transaction marker reaches its
-// end, and left out of the result.
-func readAll(ctx context.Context, seeds []string, topic string, committed bool, opts []kgo.Opt, stall time.Duration) ([][]*kgo.Record, error) {
+// end, and left out of the result. It gives up when stall sees no progress
+// for its limit; stall MUST be used by one readAll only.
+func readAll(ctx context.Context, seeds []string, topic string, committed bool, opts []kgo.Opt, stall *stallWatch) ([][]*kgo.Record, error) {
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(seeds...)}, opts...)...)
 	if err != nil {
 		return nil, err
@@ -188,16 +189,15 @@ func readAll(ctx context.Context, seeds []string, topic string, committed bool, 
 	// for many small compressed batches can take longer than stall (lz4
 	// under the race detector: milliseconds per batch). A decoded batch is
 	// progress as much as a returned record is.
-	var progress batchProgress
-	progress.mark()
+	stall.mark()
 	cl, err = kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(seeds...), kgo.FetchIsolationLevel(iso), kgo.KeepControlRecords(),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: want}), kgo.WithHooks(&progress)}, opts...)...)
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: want}), kgo.WithHooks(stall)}, opts...)...)
 	if err != nil {
 		return nil, err
 	}
 	defer cl.Close()
 	for len(remaining) > 0 {
-		pctx, cancel := context.WithTimeout(ctx, min(stall, verifyPoll))
+		pctx, cancel := context.WithTimeout(ctx, min(stall.limit, verifyPoll))
 		fs := cl.PollFetches(pctx)
 		cancel()
 		if err := ctx.Err(); err != nil {
@@ -216,7 +216,7 @@ func readAll(ctx context.Context, seeds []string, topic string, committed bool, 
 			return nil, ferr
 		}
 		fs.EachRecord(func(r *kgo.Record) {
-			progress.mark()
+			stall.mark()
 			if !r.Attrs.IsControl() {
 				out[r.Partition] = append(out[r.Partition], r)
 			}
@@ -224,8 +224,8 @@ func readAll(ctx context.Context, seeds []string, topic string, committed bool, 
 				delete(remaining, r.Partition)
 			}
 		})
-		if len(remaining) > 0 && progress.since() > stall {
-			return nil, fmt.Errorf("no record batch read for %v with partitions %v not read to their end", stall, remaining)
+		if len(remaining) > 0 && stall.since() > stall.limit {
+			return nil, fmt.Errorf("no record batch read for %v with partitions %v not read to their end", stall.limit, remaining)
 		}
 	}
 	for _, rs := range out {
@@ -234,15 +234,29 @@ func readAll(ctx context.Context, seeds []string, topic string, committed bool, 
 	return out, nil
 }
 
-// batchProgress is a kgo hook noting when the client last decoded a record
-// batch (or the reader took a record).
-type batchProgress struct{ last atomic.Int64 } // unix nanoseconds
+// stallWatch is a kgo hook noting when the client last decoded a record
+// batch (or the reader took a record), so that readAll can tell a slow read
+// from a stalled one.
+type stallWatch struct {
+	limit time.Duration    // no progress for this long is a stall
+	now   func() time.Time // nil: time.Now; tests drive their own clock
+	last  atomic.Int64     // unix nanoseconds of the last progress
+}
 
-func (p *batchProgress) mark() { p.last.Store(time.Now().UnixNano()) }
+func (w *stallWatch) clock() time.Time {
+	if w.now != nil {
+		return w.now()
+	}
+	return time.Now()
+}
 
-func (p *batchProgress) since() time.Duration { return time.Since(time.Unix(0, p.last.Load())) }
+func (w *stallWatch) mark() { w.last.Store(w.clock().UnixNano()) }
+
+func (w *stallWatch) since() time.Duration { return w.clock().Sub(time.Unix(0, w.last.Load())) }
 
 // OnFetchBatchRead implements kgo.HookFetchBatchRead.
-func (p *batchProgress) OnFetchBatchRead(kgo.BrokerMetadata, string, int32, kgo.FetchBatchMetrics) {
-	p.mark()
+func (w *stallWatch) OnFetchBatchRead(kgo.BrokerMetadata, string, int32, kgo.FetchBatchMetrics) {
+	w.mark()
 }
+
+var _ kgo.HookFetchBatchRead = (*stallWatch)(nil)

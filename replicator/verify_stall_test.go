@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,16 +14,26 @@ import (
 	"github.com/baton-kafka/baton/test/embedded"
 )
 
+// decodeClock is a clock that moves only when a batch is decoded, so that
+// the test does not depend on how fast this machine connects or fetches.
+type decodeClock struct{ now atomic.Int64 } // nanoseconds
+
+func (c *decodeClock) Now() time.Time { return time.Unix(0, c.now.Load()) }
+
 // slowDecompressor is franz-go's own decompressor taking perBatch longer
-// per batch: a client that decodes slowly, as franz-go's lz4 does under the
-// race detector (it takes a 4 MiB block buffer per batch).
+// per batch on clock: a client that decodes slowly, as franz-go's lz4 does
+// under the race detector (it takes a 4 MiB block buffer per batch). It
+// also sleeps a little in real time, so that the reader's polls return
+// empty while the fetch is being decoded.
 type slowDecompressor struct {
 	kgo.Decompressor
+	clock    *decodeClock
 	perBatch time.Duration
 }
 
 func (d slowDecompressor) Decompress(src []byte, codec kgo.CompressionCodecType) ([]byte, error) {
-	time.Sleep(d.perBatch)
+	time.Sleep(10 * time.Millisecond)
+	d.clock.now.Add(int64(d.perBatch))
 	return d.Decompressor.Decompress(src, codec)
 }
 
@@ -56,11 +67,15 @@ func TestReadAllSlowDecodeIsNotAStall(t *testing.T) {
 		}
 	}
 
-	// Decoding the one fetch takes batches*10ms = 2 s, four times the
-	// stall limit; a batch is decoded every 10 ms, fifty times within it.
+	// On the decode clock, the fetch takes batches*50ms = 10 s to decode,
+	// twenty times the stall limit; a batch is decoded every 50 ms, ten
+	// times within it. The reader polls for min(stall, 1 s) of real time,
+	// 2 s of real decoding: without the batch hook an empty poll would
+	// see seconds of decode clock without progress.
 	const stall = 500 * time.Millisecond
-	slow := slowDecompressor{kgo.DefaultDecompressor(), 10 * time.Millisecond}
-	recs, err := readAll(ctx, c.Addrs(), topic, false, []kgo.Opt{kgo.WithDecompressor(slow)}, stall)
+	var clock decodeClock
+	slow := slowDecompressor{kgo.DefaultDecompressor(), &clock, 50 * time.Millisecond}
+	recs, err := readAll(ctx, c.Addrs(), topic, false, []kgo.Opt{kgo.WithDecompressor(slow)}, &stallWatch{limit: stall, now: clock.Now})
 	if err != nil {
 		t.Fatalf("reading %d slowly decoded batches: %v", batches, err)
 	}
@@ -68,7 +83,8 @@ func TestReadAllSlowDecodeIsNotAStall(t *testing.T) {
 		t.Fatalf("read %d records, want %d", n, batches*perBatch)
 	}
 
-	// A cluster that answers no fetch is still a stall: nothing is decoded.
+	// A cluster that answers no fetch is still a stall (on the real clock:
+	// the fetch never comes, however fast the machine).
 	kc := c.Kfake()
 	release := make(chan struct{})
 	defer close(release)
@@ -76,7 +92,7 @@ func TestReadAllSlowDecodeIsNotAStall(t *testing.T) {
 		kc.SleepControl(func() { <-release })
 		return nil, nil, false
 	})
-	_, err = readAll(ctx, c.Addrs(), topic, false, nil, stall)
+	_, err = readAll(ctx, c.Addrs(), topic, false, nil, &stallWatch{limit: stall})
 	if err == nil || !strings.Contains(err.Error(), "no record batch read for 500ms") {
 		t.Fatalf("reading while no fetch is answered: got %v, want the stall error", err)
 	}
