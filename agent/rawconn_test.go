@@ -3,6 +3,7 @@ package agent
 import (
 	"bufio"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"testing"
@@ -34,33 +35,44 @@ func DialRaw(t testing.TB, addr string) *RawConn {
 // Produce writes records to topic/0 with acks=all and returns the
 // partition's error code and base offset; -1, -1 when the exchange failed.
 func (c *RawConn) Produce(topic string, records []byte) (int16, int64) {
-	c.corr++
 	req := kmsg.NewPtrProduceRequest()
 	req.Version, req.Acks, req.TimeoutMillis = 7, -1, 30000
 	req.Topics = []kmsg.ProduceRequestTopic{{Topic: topic, Partitions: []kmsg.ProduceRequestTopicPartition{{
 		Partition: 0, Records: records}}}}
+	resp, err := c.Request(req)
+	if err != nil {
+		c.t.Errorf("produce: %v", err)
+		return -1, -1
+	}
+	p := resp.(*kmsg.ProduceResponse).Topics[0].Partitions[0]
+	return p.ErrorCode, p.BaseOffset
+}
+
+// Request writes req at its version and reads its response; an error
+// means the exchange failed (the agent closed the connection, say).
+func (c *RawConn) Request(req kmsg.Request) (kmsg.Response, error) {
+	c.corr++
 	frame := kmsg.NewRequestFormatter(kmsg.FormatterClientID("raw-test")).AppendRequest(nil, req, c.corr)
 	if _, err := c.nc.Write(frame); err != nil {
-		c.t.Errorf("writing produce %d: %v", c.corr, err)
-		return -1, -1
+		return nil, fmt.Errorf("writing %s %d: %w", kmsg.NameForKey(req.Key()), c.corr, err)
 	}
 	c.nc.SetReadDeadline(time.Now().Add(60 * time.Second))
 	var size [4]byte
 	if _, err := io.ReadFull(c.br, size[:]); err != nil {
-		c.t.Errorf("reading response %d: %v", c.corr, err)
-		return -1, -1
+		return nil, fmt.Errorf("reading response %d to %s: %w", c.corr, kmsg.NameForKey(req.Key()), err)
 	}
 	body := make([]byte, binary.BigEndian.Uint32(size[:]))
 	if _, err := io.ReadFull(c.br, body); err != nil {
-		c.t.Errorf("reading response %d: %v", c.corr, err)
-		return -1, -1
+		return nil, fmt.Errorf("reading response %d to %s: %w", c.corr, kmsg.NameForKey(req.Key()), err)
 	}
-	resp := kmsg.NewPtrProduceResponse()
-	resp.Version = req.Version
-	if err := resp.ReadFrom(body[4:]); err != nil {
-		c.t.Errorf("decoding response %d: %v", c.corr, err)
-		return -1, -1
+	resp := req.ResponseKind()
+	resp.SetVersion(req.GetVersion())
+	skip := 4 // correlation id
+	if resp.IsFlexible() && req.Key() != 18 { // ApiVersions answers with the old header
+		skip++ // empty tagged fields
 	}
-	p := resp.Topics[0].Partitions[0]
-	return p.ErrorCode, p.BaseOffset
+	if err := resp.ReadFrom(body[skip:]); err != nil {
+		return nil, fmt.Errorf("decoding response %d to %s: %w", c.corr, kmsg.NameForKey(req.Key()), err)
+	}
+	return resp, nil
 }

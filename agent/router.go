@@ -133,7 +133,31 @@ func async(ctx context.Context, fn func(ctx context.Context) error) filter.Pendi
 	})
 }
 
+// Dispatch routes x; a request the clusters could not answer is answered
+// with a retriable error where Kafka has one for it (errorResponse), so the
+// client's connection stays open.
 func (r *router) Dispatch(ctx context.Context, x *filter.Exchange) filter.Pending {
+	p := r.dispatch(ctx, x)
+	if _, ok := p.(filter.Done); ok && x.Answered() {
+		return p // answered by the agent itself, the common case for ApiVersions
+	}
+	return pendingFunc(func(wctx context.Context) error {
+		err := p.Wait(wctx)
+		if err == nil || errors.Is(err, ErrUnsupportedRequest) || ctx.Err() != nil || wctx.Err() != nil {
+			return err
+		}
+		resp, ok := r.a.errorResponse(x.Req)
+		if !ok {
+			return err
+		}
+		r.a.log.Debug("answered with a retriable error: the cluster did not answer",
+			"request", kmsg.NameForKey(x.Header.APIKey), "err", err)
+		x.Resp, x.RawResp = resp, nil
+		return nil
+	})
+}
+
+func (r *router) dispatch(ctx context.Context, x *filter.Exchange) filter.Pending {
 	if x.Req == nil {
 		if x.Header.APIKey == 18 { // a client newer than kmsg: answer v0
 			x.Resp = r.a.apiVersionsResponse(0, kerr.UnsupportedVersion.Code)

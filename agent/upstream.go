@@ -416,6 +416,14 @@ var agentClientID = "baton-agent"
 
 // anyBroker returns the address of a broker to ask cluster-wide questions:
 // a known broker if any, else a bootstrap address. Random, to spread load.
+// lastClusterID is the cluster id of the last metadata answer, nil before
+// one.
+func (u *upstream) lastClusterID() *string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.clusterID
+}
+
 func (u *upstream) anyBrokers() []string {
 	u.mu.RLock()
 	addrs := make([]string, 0, len(u.brokers)+len(u.bootstrap))
