@@ -67,7 +67,7 @@ func (c *RawConn) Request(req kmsg.Request) (kmsg.Response, error) {
 	}
 	resp := req.ResponseKind()
 	resp.SetVersion(req.GetVersion())
-	skip := 4 // correlation id
+	skip := 4                                 // correlation id
 	if resp.IsFlexible() && req.Key() != 18 { // ApiVersions answers with the old header
 		skip++ // empty tagged fields
 	}
