@@ -167,6 +167,7 @@ type Agent struct {
 	pids     *pidMap
 	cp       *cpLink // nil with static routes
 	inflight inflight
+	acked    ackedEnds // the end of what each source partition acked, for the drain
 	// uncertain holds idempotent batches the source may have written
 	// unanswered (see uncertain.go).
 	uncertain uncertainBatches

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -95,17 +96,56 @@ func (a *Agent) applyRoutes(version uint64, trs []*batonv1.TopicRoute) error {
 }
 
 // leaseReport is what every heartbeat carries: the applied version and,
-// per managed topic, forwarded produce requests still in flight and
-// whether the agent has stopped forwarding the topic.
+// per managed topic, forwarded produce requests still in flight, whether
+// the agent has stopped forwarding the topic, and the end of what it acked
+// per partition.
 func (a *Agent) leaseReport() (uint64, []*batonv1.TopicDrain) {
 	routes, _ := a.routes.Snapshot()
 	out := make([]*batonv1.TopicDrain, 0, len(routes))
 	for _, r := range routes {
 		n := a.inflight.count(r.Topic)
+		// Read after the count: an answer is noted before it stops
+		// counting, so a drained report holds every acked end.
+		ends := a.acked.of(r.Topic)
 		stopped := r.Target() != ToSource
-		out = append(out, &batonv1.TopicDrain{Topic: r.Topic, InFlight: uint32(n), StoppedForwarding: stopped, Drained: stopped && n == 0})
+		out = append(out, &batonv1.TopicDrain{Topic: r.Topic, InFlight: uint32(n), StoppedForwarding: stopped,
+			Drained: stopped && n == 0, AckedEnds: ends})
 	}
 	return a.cp.applied.Load(), out
+}
+
+// ackedEnds keeps, per topic and partition, the offset after the last
+// record the source acked through this agent. A leader answers an acks=1
+// write before its followers have it, above the high watermark that the
+// control plane reads at the cutover; the control plane waits for these.
+type ackedEnds struct {
+	mu sync.Mutex
+	m  map[string]map[int32]int64
+}
+
+// note records that the source acked offsets up to end (exclusive).
+func (e *ackedEnds) note(topic string, partition int32, end int64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.m == nil {
+		e.m = map[string]map[int32]int64{}
+	}
+	ps := e.m[topic]
+	if ps == nil {
+		ps = map[int32]int64{}
+		e.m[topic] = ps
+	}
+	ps[partition] = max(ps[partition], end)
+}
+
+// of returns a copy of topic's acked ends; nil if none.
+func (e *ackedEnds) of(topic string) map[int32]int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.m[topic]) == 0 {
+		return nil
+	}
+	return maps.Clone(e.m[topic])
 }
 
 // inflight counts forwarded produce requests per topic that the source

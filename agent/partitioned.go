@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/baton-kafka/baton/filter"
+	"github.com/baton-kafka/baton/internal/recordbatch"
 )
 
 // Requests addressed to partitions (Produce, Fetch, ListOffsets,
@@ -192,9 +193,11 @@ func (r *router) waitCall(ctx context.Context, cl *call, key int16) ([]byte, err
 
 func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.ProduceRequest) filter.Pending {
 	var parts []tp
+	var records [][]byte // per part, for the acked ends (see ackedEnds)
 	for _, t := range req.Topics {
 		for _, p := range t.Partitions {
 			parts = append(parts, tp{t.Topic, p.Partition})
+			records = append(records, p.Records)
 		}
 	}
 	// Where each topic goes is decided now, after any hold or lease wait
@@ -322,6 +325,11 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 					}
 					out := &results[i]
 					out.ErrorCode, out.BaseOffset, out.LogAppendTime, out.LogStartOffset = p.ErrorCode, p.BaseOffset, p.LogAppendTime, p.LogStartOffset
+					if s.up == r.a.src && p.ErrorCode == 0 && p.BaseOffset >= 0 {
+						if n, ok := recordbatch.OffsetSpan(records[i]); ok {
+							r.a.acked.note(parts[i].topic, parts[i].partition, p.BaseOffset+n)
+						}
+					}
 					out.ErrorRecords, out.ErrorMessage = p.ErrorRecords, p.ErrorMessage
 					if leaderGone(p.ErrorCode) {
 						if r.relayLeaderHint(s.up, pr, p, parts[i], out) {

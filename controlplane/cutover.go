@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -239,6 +241,19 @@ func (cp *ControlPlane) cutoverSteps(ctx context.Context, name string, co Cutove
 		return step("reading source end offsets", err)
 	}
 	ev(EventEndOffsets, "", "source end offsets "+formatOffsets(ends))
+	// A leader acks an acks=1 write before its followers copy it, so it can
+	// sit above the high watermark just read: wait for the destination to
+	// hold what any agent acked too (the high watermark gets there once the
+	// followers have it; if the leader lost it, the wait times out and the
+	// cutover rolls back).
+	if above := cp.ackedAbove(name, ends); len(above) > 0 {
+		var b strings.Builder
+		for _, p := range slices.Sorted(maps.Keys(above)) {
+			fmt.Fprintf(&b, " %d:%d (%s)", p, above[p].end, above[p].node)
+			ends[p] = above[p].end
+		}
+		ev(EventEndOffsets, "", "agents acked records above the source high watermark; waiting for them too:"+b.String())
+	}
 	if err := cp.wait(ctx, co.Deadline, "waiting for replication to reach the source end offsets", func() (bool, string, error) {
 		if d := cp.cfg.repl.Diverged(name); len(d) > 0 {
 			return false, "", errors.New(divergedText(name, d))

@@ -144,6 +144,7 @@ type standIn struct {
 
 	mu      sync.Mutex
 	stuck   bool // reports one request in flight on every topic, forever
+	acked   map[string]map[int32]int64 // reported as the acked ends
 	version uint64
 	routes  map[string]*batonv1.TopicRoute
 }
@@ -191,7 +192,7 @@ func (a *standIn) report() (uint64, []*batonv1.TopicDrain) {
 	var out []*batonv1.TopicDrain
 	for _, r := range a.routes {
 		stopped := r.GetState() == batonv1.State_STATE_MIGRATING || r.GetState() == batonv1.State_STATE_COMPLETE
-		d := &batonv1.TopicDrain{Topic: r.GetTopic(), StoppedForwarding: stopped, Drained: stopped}
+		d := &batonv1.TopicDrain{Topic: r.GetTopic(), StoppedForwarding: stopped, Drained: stopped, AckedEnds: a.acked[r.GetTopic()]}
 		if a.stuck {
 			d.InFlight, d.Drained = 1, false
 		}

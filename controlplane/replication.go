@@ -79,10 +79,25 @@ func (a *ReplicatorAdapter) status(topic string) (replicator.TopicStatus, error)
 	return replicator.TopicStatus{}, fmt.Errorf("%w: %s", replicator.ErrUnknownTopic, topic)
 }
 
-// Lag implements Replication.
+// Lag implements Replication. A partition the replicator has not resumed
+// copying yet (it starts not knowing where, and learns it from the
+// destination) has no lag to measure: the topic's lag is unknown then, not
+// zero, so the gate refuses a cutover that could only time out.
 func (a *ReplicatorAdapter) Lag(topic string) (time.Duration, error) {
 	t, err := a.status(topic)
-	return t.Lag, err
+	if err != nil {
+		return 0, err
+	}
+	for _, p := range t.Partitions {
+		if p.Next < 0 {
+			why := ""
+			if p.Err != nil {
+				why = ": " + p.Err.Error()
+			}
+			return 0, fmt.Errorf("%w: %s/%d has not resumed copying yet%s", ErrNotReady, topic, p.Partition, why)
+		}
+	}
+	return t.Lag, nil
 }
 
 // Progress implements Replication.

@@ -55,6 +55,10 @@ type Topic struct {
 type TopicDrain struct {
 	InFlight          uint32 `json:"inFlight"`
 	StoppedForwarding bool   `json:"stoppedForwarding"`
+	// AckedEnds is, per partition, the offset after the last record the
+	// agent acked from the source: the cutover waits for the destination
+	// to hold it (an acks=1 write can sit above the high watermark).
+	AckedEnds map[int32]int64 `json:"ackedEnds,omitempty"`
 }
 
 // Agent is an agent's lease state as stored.

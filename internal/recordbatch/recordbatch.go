@@ -26,6 +26,7 @@ const (
 	OffProducerID = 43
 	OffEpoch      = 51
 	OffBaseSeq    = 53
+	OffLastDelta  = 23 // last offset delta: records in the batch minus one
 )
 
 // AttrTransactional is the attributes bit of a transactional batch.
@@ -74,6 +75,21 @@ func BatchLen(b []byte) (int, error) {
 		return 0, fmt.Errorf("%w: length field says %d bytes, have %d", ErrBadBatch, n, len(b))
 	}
 	return n, nil
+}
+
+// OffsetSpan returns how many offsets the v2 batches in b take once
+// written: the sum of each batch's last offset delta plus one. ok is false
+// if b is not a sequence of whole v2 batches.
+func OffsetSpan(b []byte) (n int64, ok bool) {
+	for len(b) > 0 {
+		l, err := BatchLen(b)
+		if err != nil {
+			return 0, false
+		}
+		n += int64(int32(binary.BigEndian.Uint32(b[OffLastDelta:]))) + 1
+		b = b[l:]
+	}
+	return n, true
 }
 
 // SetProducer writes p's fields into the batch header at the start of b,

@@ -115,3 +115,23 @@ func TestSeqDistanceWraps(t *testing.T) {
 		}
 	}
 }
+
+func TestOffsetSpanCountsEveryBatch(t *testing.T) {
+	t.Parallel()
+	one, three := batch(t, 1, recordbatch.Producer{ID: -1}, 0), batch(t, 3, recordbatch.Producer{ID: -1}, 0)
+	for _, tc := range []struct {
+		name   string
+		b      []byte
+		want   int64
+		wantOK bool
+	}{
+		{"one batch of three", three, 3, true},
+		{"two batches", append(append([]byte{}, one...), three...), 4, true},
+		{"empty", nil, 0, true},
+		{"a batch and a partial one", append(append([]byte{}, three...), one[:20]...), 0, false},
+	} {
+		if n, ok := recordbatch.OffsetSpan(tc.b); n != tc.want || ok != tc.wantOK {
+			t.Errorf("%s: OffsetSpan = %d, %v; want %d, %v", tc.name, n, ok, tc.want, tc.wantOK)
+		}
+	}
+}

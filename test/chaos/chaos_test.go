@@ -261,7 +261,8 @@ func (s *suite) run(t *testing.T, idx int, seed uint64) history.Report {
 			pctx, cancel := context.WithTimeout(ctx, s.dur+producerSlack)
 			defer cancel()
 			cfg := clients.ProduceConfig{Bootstrap: w.listen[p.agent], Topic: p.topic,
-				Records: rate * int(s.dur/time.Second), Rate: rate, Idempotent: p.idempotent, KeyPrefix: p.id}
+				Records: rate * int(s.dur/time.Second), Rate: rate, Idempotent: p.idempotent, KeyPrefix: p.id,
+				Persistent: true} // producers here are applications: an agent restart must not end them
 			err := p.client.Produce(pctx, cfg, func(a clients.Ack) {
 				// What the driver fails once the run stopped it is no
 				// answer of the client's.

@@ -56,6 +56,13 @@ type ProduceConfig struct {
 	PauseAt int
 	// Resume releases a run paused at PauseAt; it MUST be set with PauseAt.
 	Resume <-chan struct{}
+	// Persistent keeps the client running while every broker it knows is
+	// down, as a long-running application does. Only kcat needs telling
+	// (its -E): as a command-line tool it exits on librdkafka's "all
+	// brokers down", which a librdkafka application only logs. Through an
+	// agent the client knows one broker, so an agent restart is that.
+	// false (the default) keeps each client's own behaviour.
+	Persistent bool
 }
 
 // Ack is the outcome of one record, as the client reported it.

@@ -118,6 +118,9 @@ func (k Kcat) Produce(ctx context.Context, cfg ProduceConfig, onAck func(Ack)) e
 	if !cfg.Idempotent {
 		args = append(args, "-X", "max.in.flight.requests.per.connection=1")
 	}
+	if cfg.Persistent {
+		args = append(args, "-E") // do not exit on "all brokers down"
+	}
 
 	t := newAckTracker(cfg, onAck)
 	var failures []string

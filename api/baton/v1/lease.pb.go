@@ -36,7 +36,12 @@ type TopicDrain struct {
 	// topic and forwards nothing new to the source.
 	StoppedForwarding bool `protobuf:"varint,3,opt,name=stopped_forwarding,json=stoppedForwarding,proto3" json:"stopped_forwarding,omitempty"`
 	// drained: stopped_forwarding and in_flight is zero.
-	Drained       bool `protobuf:"varint,4,opt,name=drained,proto3" json:"drained,omitempty"`
+	Drained bool `protobuf:"varint,4,opt,name=drained,proto3" json:"drained,omitempty"`
+	// acked_ends, per partition: the offset after the last record the agent
+	// acked to a producer from the source. A leader acks acks=1 writes
+	// before its followers have them, above the high watermark the cutover
+	// reads; the cutover waits for the destination to hold these too.
+	AckedEnds     map[int32]int64 `protobuf:"bytes,5,rep,name=acked_ends,json=ackedEnds,proto3" json:"acked_ends,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -97,6 +102,13 @@ func (x *TopicDrain) GetDrained() bool {
 		return x.Drained
 	}
 	return false
+}
+
+func (x *TopicDrain) GetAckedEnds() map[int32]int64 {
+	if x != nil {
+		return x.AckedEnds
+	}
+	return nil
 }
 
 type HeartbeatRequest struct {
@@ -290,13 +302,18 @@ var File_baton_v1_lease_proto protoreflect.FileDescriptor
 
 const file_baton_v1_lease_proto_rawDesc = "" +
 	"\n" +
-	"\x14baton/v1/lease.proto\x12\bbaton.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x88\x01\n" +
+	"\x14baton/v1/lease.proto\x12\bbaton.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8a\x02\n" +
 	"\n" +
 	"TopicDrain\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1b\n" +
 	"\tin_flight\x18\x02 \x01(\rR\binFlight\x12-\n" +
 	"\x12stopped_forwarding\x18\x03 \x01(\bR\x11stoppedForwarding\x12\x18\n" +
-	"\adrained\x18\x04 \x01(\bR\adrained\"\xed\x01\n" +
+	"\adrained\x18\x04 \x01(\bR\adrained\x12B\n" +
+	"\n" +
+	"acked_ends\x18\x05 \x03(\v2#.baton.v1.TopicDrain.AckedEndsEntryR\tackedEnds\x1a<\n" +
+	"\x0eAckedEndsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xed\x01\n" +
 	"\x10HeartbeatRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1a\n" +
@@ -329,28 +346,30 @@ func file_baton_v1_lease_proto_rawDescGZIP() []byte {
 	return file_baton_v1_lease_proto_rawDescData
 }
 
-var file_baton_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_baton_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_baton_v1_lease_proto_goTypes = []any{
 	(*TopicDrain)(nil),            // 0: baton.v1.TopicDrain
 	(*HeartbeatRequest)(nil),      // 1: baton.v1.HeartbeatRequest
 	(*HeartbeatResponse)(nil),     // 2: baton.v1.HeartbeatResponse
-	(*timestamppb.Timestamp)(nil), // 3: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 4: google.protobuf.Duration
+	nil,                           // 3: baton.v1.TopicDrain.AckedEndsEntry
+	(*timestamppb.Timestamp)(nil), // 4: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 5: google.protobuf.Duration
 }
 var file_baton_v1_lease_proto_depIdxs = []int32{
-	0, // 0: baton.v1.HeartbeatRequest.topics:type_name -> baton.v1.TopicDrain
-	3, // 1: baton.v1.HeartbeatRequest.sent_at:type_name -> google.protobuf.Timestamp
-	3, // 2: baton.v1.HeartbeatResponse.granted_at:type_name -> google.protobuf.Timestamp
-	3, // 3: baton.v1.HeartbeatResponse.expires_at:type_name -> google.protobuf.Timestamp
-	4, // 4: baton.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
-	4, // 5: baton.v1.HeartbeatResponse.forward_deadline:type_name -> google.protobuf.Duration
-	1, // 6: baton.v1.Lease.Heartbeat:input_type -> baton.v1.HeartbeatRequest
-	2, // 7: baton.v1.Lease.Heartbeat:output_type -> baton.v1.HeartbeatResponse
-	7, // [7:8] is the sub-list for method output_type
-	6, // [6:7] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	3, // 0: baton.v1.TopicDrain.acked_ends:type_name -> baton.v1.TopicDrain.AckedEndsEntry
+	0, // 1: baton.v1.HeartbeatRequest.topics:type_name -> baton.v1.TopicDrain
+	4, // 2: baton.v1.HeartbeatRequest.sent_at:type_name -> google.protobuf.Timestamp
+	4, // 3: baton.v1.HeartbeatResponse.granted_at:type_name -> google.protobuf.Timestamp
+	4, // 4: baton.v1.HeartbeatResponse.expires_at:type_name -> google.protobuf.Timestamp
+	5, // 5: baton.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
+	5, // 6: baton.v1.HeartbeatResponse.forward_deadline:type_name -> google.protobuf.Duration
+	1, // 7: baton.v1.Lease.Heartbeat:input_type -> baton.v1.HeartbeatRequest
+	2, // 8: baton.v1.Lease.Heartbeat:output_type -> baton.v1.HeartbeatResponse
+	8, // [8:9] is the sub-list for method output_type
+	7, // [7:8] is the sub-list for method input_type
+	7, // [7:7] is the sub-list for extension type_name
+	7, // [7:7] is the sub-list for extension extendee
+	0, // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_baton_v1_lease_proto_init() }
@@ -364,7 +383,7 @@ func file_baton_v1_lease_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_baton_v1_lease_proto_rawDesc), len(file_baton_v1_lease_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   3,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

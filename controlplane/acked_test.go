@@ -1,0 +1,77 @@
+package controlplane
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// TestCutoverWaitsForRecordsAckedAboveTheHighWatermark: a leader answers
+// an acks=1 write before its followers copy it, so a record an agent acked
+// can sit above the high watermark the cutover reads. The agents report
+// what they acked; the cutover waits until the destination holds that too,
+// and does not complete while it does not.
+func TestCutoverWaitsForRecordsAckedAboveTheHighWatermark(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("starts kfake clusters and embedded etcd")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	k := startKafka(t, ctx)
+	const topic, above = "acks-one", 3
+	k.produce(t, ctx, topic, 20)
+	ends, err := k.repl.SourceEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	p := startPlane(t, ctx, t.TempDir(), "", k)
+	a := startAgent(t, ctx, p.addr, "a")
+	// The agent acked three records of partition 0 past what the source's
+	// high watermark shows yet: as if its followers had not copied them.
+	a.mu.Lock()
+	a.acked = map[string]map[int32]int64{topic: {0: ends[0] + above}}
+	a.mu.Unlock()
+	addAndMigrate(t, ctx, p, topic, a)
+	eventually(t, ctx, "the cutover says it waits for the acked records", func() bool {
+		for _, l := range eventLines(t, ctx, p, topic) {
+			if strings.Contains(l, "above the source high watermark") {
+				return true
+			}
+		}
+		return false
+	})
+	if top, _ := p.cp.Topic(topic); top.State != Migrating {
+		t.Fatalf("%s is %s while the destination lacks records an agent acked; want MIGRATING", topic, top.State)
+	}
+
+	// The followers catch up: the high watermark reaches the acked records.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.src.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for range above {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: 0, Value: []byte("acked above")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitState(t, ctx, p, topic, Complete)
+	dcl, err := kgo.NewClient(kgo.SeedBrokers(k.dst.Addrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dcl.Close()
+	dends, err := kadm.NewClient(dcl).ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := dends.Lookup(topic, 0); got.Offset < ends[0]+above {
+		t.Errorf("destination %s/0 ends at %d at COMPLETE; the agent acked up to %d", topic, got.Offset, ends[0]+above)
+	}
+}
