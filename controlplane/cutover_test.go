@@ -369,13 +369,18 @@ func TestCutover(t *testing.T) {
 	})
 
 	t.Run("silent agent: waits lease grant + lease + F", func(t *testing.T) {
-		p := startPlane(t, ctx, t.TempDir(), "", k)
+		// A longer lease than the other cases: the migrate below must start
+		// while the silent agent's lease still runs, however slow the
+		// machine, for the wait on it to be seen.
+		const lease = 4 * time.Second
+		p := startPlane(t, ctx, t.TempDir(), "", k, LeaseDuration(lease))
 		a, silent := startAgent(t, ctx, p.addr, "a"), startAgent(t, ctx, p.addr, "silent")
 		k.produce(t, ctx, "silent", 50)
 		if _, err := p.cp.AddTopic(ctx, TopicSpec{Name: "silent"}, "test"); err != nil {
 			t.Fatal(err)
 		}
 		waitLeases(t, ctx, p, a, silent)
+		eventually(t, ctx, "the gate can measure the lag", func() bool { _, err := k.repl.Lag("silent"); return err == nil })
 		silent.cancel() // stops heartbeating and xDS
 		migrateWhenGateOpens(t, ctx, p, "silent")
 		waitState(t, ctx, p, "silent", Complete)
@@ -400,7 +405,7 @@ func TestCutover(t *testing.T) {
 		if granted.IsZero() {
 			t.Fatal("the silent agent has no recorded lease grant: the wait below would prove nothing")
 		}
-		if safe := granted.Add(tLease + tForward); expired.Before(safe) || completed.Before(safe) {
+		if safe := granted.Add(lease + tForward); expired.Before(safe) || completed.Before(safe) {
 			t.Errorf("proceeded at %v / %v, before the silent agent's grant %v + lease + F = %v", expired, completed, granted, safe)
 		}
 		wantEvents(t, ctx, p, "silent", EventInitiated, EventWaitingOnAgent, EventAgentExpired, EventDrained, EventCompleted)
