@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -139,6 +140,8 @@ type Client struct {
 	vers map[string]map[string]string
 	msgs map[string]map[string]proto.Message
 
+	outage atomic.Bool // a stream ended and none has answered since
+
 	mu         sync.Mutex
 	acked      uint64
 	clusterVer string
@@ -204,8 +207,15 @@ func (c *Client) Run(ctx context.Context) error {
 		if time.Since(start) > c.cfg.maxBackoff {
 			backoff = c.cfg.minBackoff
 		}
-		c.cfg.log.Warn("xds stream ended; reconnecting", "node", c.node.GetId(), "protocol", c.cfg.protocol,
-			"err", err, "in", backoff)
+		// One WARN per outage; the attempts until a stream answers again
+		// are DEBUG (a control plane down for minutes is one record).
+		if c.outage.CompareAndSwap(false, true) {
+			c.cfg.log.Warn("xds stream ended; reconnecting (routes stay as last applied; further attempts are logged at DEBUG until it is back)",
+				"node", c.node.GetId(), "protocol", c.cfg.protocol, "err", err, "in", backoff)
+		} else {
+			c.cfg.log.Debug("xds stream ended; reconnecting", "node", c.node.GetId(), "protocol", c.cfg.protocol,
+				"err", err, "in", backoff)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -214,6 +224,14 @@ func (c *Client) Run(ctx context.Context) error {
 		backoff = min(2*backoff, c.cfg.maxBackoff)
 	}
 	return nil
+}
+
+// streamUp notes that a stream answered: an outage logged at WARN ends
+// with one INFO.
+func (c *Client) streamUp() {
+	if c.outage.CompareAndSwap(true, false) {
+		c.cfg.log.Info("xds stream back", "node", c.node.GetId(), "protocol", c.cfg.protocol)
+	}
 }
 
 func (c *Client) setConnected(b bool) {
@@ -255,6 +273,7 @@ func (c *Client) stream(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		c.streamUp()
 		ack := c.apply(resp)
 		if err := st.Send(ack); err != nil {
 			return err
@@ -361,6 +380,7 @@ func (c *Client) streamDelta(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		c.streamUp()
 		if err := st.Send(c.applyDelta(resp)); err != nil {
 			return err
 		}

@@ -148,3 +148,82 @@ func TestLeaseKeeperLogsOutageOnce(t *testing.T) {
 		}
 	}
 }
+
+// An xDS stream lost for a while is one WARN, its return one INFO; the
+// reconnect attempts in between are DEBUG only.
+func TestClientLogsStreamOutageOnce(t *testing.T) {
+	t.Parallel()
+	for _, p := range protocols {
+		t.Run(p.String(), func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			s := NewServer()
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr := ln.Addr().String()
+			g := grpc.NewServer()
+			s.Register(g)
+			go func() { _ = g.Serve(ln) }()
+			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			s.Update(res(1, batonv1.State_STATE_PROXY, nil))
+			logs := &records{}
+			c, err := NewClient(conn, NodeMeta("r", "ns", "app"), Backoff(10*time.Millisecond, 50*time.Millisecond), UseProtocol(p),
+				ClientLogger(slog.New(logs)), OnRoutes(func(uint64, []*batonv1.TopicRoute) error { return nil }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan struct{})
+			go func() { defer close(done); _ = c.Run(ctx) }()
+			defer func() { cancel(); <-done }()
+			if err := c.WaitVersion(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+
+			g.Stop()
+			wait.For(t, 10*time.Second, "reconnect attempts", func() string {
+				if failed, _, _ := logs.count(); failed < 5 {
+					return "fewer than 5 failed attempts logged"
+				}
+				return ""
+			})
+			if _, warn, _ := logs.count(); warn != 1 {
+				logs.mu.Lock()
+				t.Errorf("%d records at WARN or above during one outage, want 1: %+v", warn, logs.got)
+				logs.mu.Unlock()
+			}
+
+			ln2, err := net.Listen("tcp", addr)
+			if err != nil {
+				t.Skipf("cannot listen on %s again to end the outage: %v", addr, err)
+			}
+			g2 := grpc.NewServer()
+			s.Register(g2)
+			go func() { _ = g2.Serve(ln2) }()
+			defer g2.Stop()
+			s.Update(res(2, batonv1.State_STATE_COMPLETE, nil))
+			if err := c.WaitVersion(ctx, 2); err != nil {
+				t.Fatal(err)
+			}
+			wait.For(t, 10*time.Second, "the return logged", func() string {
+				logs.mu.Lock()
+				defer logs.mu.Unlock()
+				for _, r := range logs.got {
+					if r.level == slog.LevelInfo && r.msg == "xds stream back" {
+						return ""
+					}
+				}
+				return "no INFO record of the stream's return"
+			})
+			if _, warn, _ := logs.count(); warn != 1 {
+				t.Errorf("%d records at WARN or above after the outage ended, want still 1", warn)
+			}
+		})
+	}
+}
