@@ -19,7 +19,7 @@ import (
 // ControlPlane makes the agent take its routes over xDS and hold a lease
 // from a Baton control plane on conn, as node (see xds.NodeMeta), instead
 // of static routes. Then the agent forwards to the source only while its
-// lease is valid (DESIGN section 5); without one, writes are answered with
+// lease is valid (docs/design.md §5); without one, writes are answered with
 // the retriable error.
 func ControlPlane(conn grpc.ClientConnInterface, node *core.Node) Opt {
 	return optFunc(func(c *config) { c.cpConn, c.cpNode = conn, node })

@@ -13,7 +13,8 @@ import (
 
 // ErrNoLease fails a write to the source the agent may not send: it holds
 // no lease from the control plane, so the control plane may have moved the
-// topic on without it. The connection is closed; clients retry.
+// topic on without it. The request gets Kafka's retriable error for it where
+// there is one (see errresp.go), else its connection is closed; clients retry.
 var ErrNoLease = errors.New("agent: no lease from the control plane")
 
 // leaseWaitPoll is how often a write waiting for a lease looks again.

@@ -14,7 +14,7 @@ import (
 	"github.com/baton-kafka/baton/internal/recordbatch"
 )
 
-// Idempotent producers across the cutover (DESIGN section 6).
+// Idempotent producers across the cutover (docs/design.md §9).
 //
 // An idempotent producer gets its producer id from the source (the agent
 // forwards InitProducerId there), so that PROXY forwarding stays byte for

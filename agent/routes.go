@@ -14,7 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// State is a topic's migration state (DESIGN section 3).
+// State is a topic's migration state (docs/design.md §3).
 type State int
 
 // The states. Unmanaged topics pass through to the source.

@@ -18,7 +18,7 @@ import (
 	"github.com/baton-kafka/baton/xds"
 )
 
-// Defaults of the options below (DESIGN section 5).
+// Defaults of the options below (docs/design.md §5, §6).
 const (
 	DefaultLease           = 5 * time.Second
 	DefaultForwardDeadline = 2 * time.Second

@@ -14,7 +14,7 @@ import (
 // errTimedOut: a cutover wait passed the deadline.
 var errTimedOut = errors.New("cutover timeout passed")
 
-// Migrate starts a cutover of a PROXY topic (DESIGN section 5) and returns
+// Migrate starts a cutover of a PROXY topic (docs/design.md §6) and returns
 // at once with the topic MIGRATING; the cutover runs in the background and
 // ends COMPLETE or back in PROXY, with events all along.
 func (cp *ControlPlane) Migrate(ctx context.Context, name, actor string) (Topic, error) {
@@ -116,7 +116,7 @@ func (cp *ControlPlane) Abort(ctx context.Context, name, actor, reason string) (
 	return nt, nil
 }
 
-// cutover runs steps 2 to 5 of DESIGN section 5 for one attempt.
+// cutover runs steps 2 to 5 of docs/design.md §6 for one attempt.
 func (cp *ControlPlane) cutover(ctx context.Context, name string, co Cutover, r *run) {
 	ev := func(kind, agent, reason string) {
 		cp.event(ctx, Event{Topic: name, Kind: kind, Actor: ActorControlPlane, Attempt: co.Attempt, Agent: agent,

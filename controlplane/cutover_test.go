@@ -143,7 +143,7 @@ type standIn struct {
 	cancel context.CancelFunc
 
 	mu      sync.Mutex
-	stuck   bool // reports one request in flight on every topic, forever
+	stuck   bool                       // reports one request in flight on every topic, forever
 	acked   map[string]map[int32]int64 // reported as the acked ends
 	version uint64
 	routes  map[string]*batonv1.TopicRoute

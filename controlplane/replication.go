@@ -180,7 +180,7 @@ func reached(progress, ends map[int32]int64) (bool, string) {
 }
 
 // WriteGuard keeps writers other than the replicator off D.T until COMPLETE
-// (DESIGN section 3, REJECT).
+// (docs/design.md §11).
 type WriteGuard interface {
 	// Protect denies writes to topic on the destination except the
 	// replicator's. Idempotent.

@@ -1,5 +1,5 @@
 // Package controlplane owns Baton's control plane: the per-topic state
-// machine (DESIGN section 3), the cutover orchestrator (section 5), the
+// machine (docs/design.md §3), the cutover orchestrator (§6), the
 // Lease service agents heartbeat to, the etcd store that keeps topic
 // states, versions, agents' lease grants and the audit event log across
 // restarts, and the HTTP API the `baton` CLI speaks. It drives the
@@ -71,7 +71,7 @@ var (
 // State is a topic's migration state. The zero value is "not managed".
 type State int
 
-// The states of DESIGN section 3. Removed is the target of a removal.
+// The states of docs/design.md §3. Removed is the target of a removal.
 const (
 	Removed State = iota
 	Reject

@@ -6,7 +6,7 @@ import (
 	"github.com/baton-kafka/baton/xds"
 )
 
-// Shadow switches the PROXY shadow-destination features (DESIGN section 8).
+// Shadow switches the PROXY shadow-destination features (docs/design.md §12; not acted on yet).
 type Shadow struct {
 	LatencyEmulation bool `json:"latencyEmulation,omitempty"`
 	AuthCheck        bool `json:"authCheck,omitempty"`

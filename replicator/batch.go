@@ -14,7 +14,7 @@ import (
 	"github.com/baton-kafka/baton/internal/recordbatch"
 )
 
-// Record batch v2 layout (KAFKA-FACTS.md): the CRC-32C at bytes 17..21
+// Record batch v2 layout (docs/kafka-facts.md): the CRC-32C at bytes 17..21
 // covers Attributes (byte 21) to the end of the batch.
 const (
 	batchHeaderLen = 61

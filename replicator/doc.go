@@ -22,7 +22,7 @@
 //     transactional batches are written as plain idempotent batches; aborted
 //     batches and transaction markers (which a client cannot produce) are
 //     skipped.
-//   - Offset parity (DESIGN invariant 3): where S.T.p starts at 0 and is
+//   - Offset parity (invariant 3, docs/design.md §4): where S.T.p starts at 0 and is
 //     contiguous, D.T.p at o holds S.T.p's record at o. Where S has gaps
 //     (markers, aborted data, a log start above 0, records deleted before
 //     they were copied, records removed by compaction, also inside a batch),

@@ -16,7 +16,7 @@ import (
 
 // TestParityRealKafka copies the producer matrix (every codec, idempotent
 // and not, keys, headers, null values) and a transactional topic from a
-// 3-broker Apache Kafka to a 1-broker one. The acceptance asks for
+// 3-broker Apache Kafka to a 1-broker one. The full acceptance run is
 // 200k records: BATON_PARITY_RECORDS=200000 runs that; the default keeps
 // CI time down.
 func TestParityRealKafka(t *testing.T) {

@@ -556,7 +556,7 @@ func ValidateRoute(r *batonv1.TopicRoute) error {
 
 // LeaseKeeper holds an agent's lease: it heartbeats every lease/3 and says
 // whether the lease is valid. The lease clock starts when a heartbeat is
-// sent (DESIGN section 5), so the agent's expiry is never later than the
+// sent (docs/design.md §5), so the agent's expiry is never later than the
 // control plane's.
 type LeaseKeeper struct {
 	cfg    clientConfig

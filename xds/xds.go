@@ -27,8 +27,8 @@
 // which nodes get its shadow features in REJECT and PROXY. Every node gets
 // every TopicRoute, and MIGRATING and COMPLETE routes go to every node
 // whatever the target: a node left out of a cutover would keep writing to
-// the source (DESIGN invariant 4). So a rollout is staged per namespace by
-// turning shadow features on namespace by namespace.
+// the source (invariant 4, docs/design.md §4). So a rollout is staged per
+// namespace by turning shadow features on namespace by namespace.
 package xds
 
 import (

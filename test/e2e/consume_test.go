@@ -19,7 +19,7 @@ import (
 )
 
 // What a producer app also does on its connection must keep working
-// through the agent (DESIGN 6): consumers, consumer groups, admin.
+// through the agent (docs/design.md §7): consumers, consumer groups, admin.
 
 const consumeRecords = 1000
 

@@ -19,7 +19,7 @@ import (
 	"github.com/baton-kafka/baton/filter"
 )
 
-// The agent must forward each record batch's bytes unchanged (DESIGN 6).
+// The agent must forward each record batch's bytes unchanged (docs/design.md §7).
 // A request filter records the CRC-32C of every v2 record batch in every
 // produce request as it arrives from the client; the test then reads the
 // batches the source stored, raw, and compares.

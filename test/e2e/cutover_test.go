@@ -31,7 +31,7 @@ import (
 // are acked; COMPLETE once the agent holds a produce request and has an
 // answer for every request it received before MIGRATING (the drain the
 // control plane waits for). No replicator runs: the test is about the
-// producer path (DESIGN sections 3, 5 and 6; invariants 2, 4 and 7). The
+// producer path (docs/design.md §3, §5 to §7; invariants 2, 4 and 7). The
 // destination partitions are filled beforehand (see fillDestination).
 //
 // Every record must be acked without error; found at its acked partition
@@ -175,8 +175,8 @@ func cutoverCase(t *testing.T, s cutoverSpec) {
 		})
 	}()
 
-	// The cutover, mid-stream, as the control plane runs it (DESIGN
-	// section 5) for one agent: MIGRATING; wait until the agent holds a
+	// The cutover, mid-stream, as the control plane runs it
+	// (docs/design.md §6) for one agent: MIGRATING; wait until the agent holds a
 	// produce request and every request it received before MIGRATING is
 	// answered (drained: nothing more can reach the source); COMPLETE. No
 	// sleep decides anything, every wait has a deadline, and the producer

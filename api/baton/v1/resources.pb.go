@@ -26,7 +26,7 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// State is a topic's migration state (DESIGN section 3).
+// State is a topic's migration state (docs/design.md §3).
 type State int32
 
 const (
@@ -273,7 +273,7 @@ func (x *LatencyProfile) GetMeasuredAt() *timestamppb.Timestamp {
 }
 
 // ShadowFeatures switches the shadow-destination features of PROXY
-// (DESIGN section 8). All off unless set.
+// (docs/design.md §12). All off unless set.
 type ShadowFeatures struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	LatencyEmulation bool                   `protobuf:"varint,1,opt,name=latency_emulation,json=latencyEmulation,proto3" json:"latency_emulation,omitempty"`
