@@ -24,9 +24,10 @@ import (
 // Environment of TestChaos. Without BATON_CHAOS_RUNS it runs the short CI
 // version: ciRuns runs of ciDuration of producing.
 const (
-	envRuns     = "BATON_CHAOS_RUNS"     // runs; default 2
-	envSeed     = "BATON_CHAOS_SEED"     // first run's seed (run i uses seed+i); default from the clock
-	envDuration = "BATON_CHAOS_DURATION" // producing time per run; default 40s
+	envRuns     = "BATON_CHAOS_RUNS"      // runs; default 2
+	envSeed     = "BATON_CHAOS_SEED"      // first run's seed (run i uses seed+i); default from the clock
+	envDuration = "BATON_CHAOS_DURATION"  // producing time per run; default 40s
+	envAgentLog = "BATON_CHAOS_AGENT_LOG" // the agents' --log-level; default info
 	ciRuns      = 2
 	ciDuration  = 40 * time.Second
 	// producerSlack is how long past its last record's due time a
@@ -405,6 +406,9 @@ func (w *world) startAgents(n int) {
 		}
 		args := []string{"agent", "--listen", listen, "--admin", admin, "--source", w.s.src.Bootstrap(),
 			"--destination", w.s.dst.Bootstrap(), "--control-plane", an.ControlPlane(), "--node-id", fmt.Sprintf("agent-%d", i)}
+		if lvl := os.Getenv(envAgentLog); lvl != "" {
+			args = append(args, "--log-level", lvl)
+		}
 		p := &process{name: fmt.Sprintf("agent-%d", i), log: filepath.Join(w.dir, fmt.Sprintf("agent-%d.log", i)),
 			cmd: func() *exec.Cmd { return an.Wrap(w.s.bin, args) }}
 		if err := p.start(); err != nil {
