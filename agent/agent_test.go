@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/baton-kafka/baton/agent"
@@ -30,12 +31,13 @@ type fixture struct {
 
 func startFixture(t *testing.T, routes []agent.Route, opts ...agent.Opt) *fixture {
 	t.Helper()
-	src, err := embedded.Start()
+	// Two cluster ids, as two real clusters have.
+	src, err := embedded.Start(embedded.KfakeOpts(kfake.ClusterID("source")))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(src.Close)
-	dst, err := embedded.Start()
+	dst, err := embedded.Start(embedded.KfakeOpts(kfake.ClusterID("destination")))
 	if err != nil {
 		t.Fatal(err)
 	}

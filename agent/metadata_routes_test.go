@@ -97,3 +97,44 @@ func TestMetadataListsEachTopicFromItsRoute(t *testing.T) {
 	f.agent.Routes().Replace([]agent.Route{{Topic: "proxied", State: agent.Proxy}})
 	check("metadata for all topics, none COMPLETE", ask(), map[string]int{"proxied": 3, "moved": 3, "src-only": 3})
 }
+
+// TestMetadataShowsOneClusterID: through the agent a client sees one
+// cluster, whichever cluster its topics route to, so the agent answers
+// with one cluster id: the source's. librdkafka warns "a client must not be
+// simultaneously connected to multiple clusters" when it changes.
+func TestMetadataShowsOneClusterID(t *testing.T) {
+	t.Parallel()
+	f := startFixture(t, []agent.Route{
+		{Topic: "proxied", State: agent.Proxy},
+		{Topic: "moved", State: agent.Complete},
+	})
+	createTopic(t, f.src.Bootstrap(), "proxied", 1)
+	createTopic(t, f.dst.Bootstrap(), "moved", 1)
+	clusterID := func(addr string, topics ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		req := kmsg.NewPtrMetadataRequest()
+		req.Topics = []kmsg.MetadataRequestTopic{}
+		for _, tp := range topics {
+			req.Topics = append(req.Topics, kmsg.MetadataRequestTopic{Topic: kmsg.StringPtr(tp)})
+		}
+		resp, err := req.RequestWith(ctx, newClient(t, addr))
+		if err != nil {
+			t.Fatalf("metadata %v from %s: %v", topics, addr, err)
+		}
+		if resp.ClusterID == nil {
+			t.Fatalf("metadata %v from %s: no cluster id", topics, addr)
+		}
+		return *resp.ClusterID
+	}
+	src, dst := clusterID(f.src.Bootstrap()), clusterID(f.dst.Bootstrap())
+	if src == dst {
+		t.Fatalf("both clusters have cluster id %q: the test cannot tell them apart", src)
+	}
+	for _, topics := range [][]string{{"proxied"}, {"moved"}, {"proxied", "moved"}} {
+		if got := clusterID(f.addr, topics...); got != src {
+			t.Errorf("metadata for %v through the agent: cluster id %q, want the source's %q (the destination's is %q)", topics, got, src, dst)
+		}
+	}
+}

@@ -354,7 +354,7 @@ func (r *router) metadata(ctx context.Context, x *filter.Exchange, req *kmsg.Met
 			return err
 		}
 		if resp.ClusterID == nil {
-			resp.ClusterID = md.ClusterID
+			resp.ClusterID = md.ClusterID // unless the source's is known, below
 		}
 		for _, t := range md.Topics {
 			if t.Topic == nil || !keep(*t.Topic) {
@@ -378,6 +378,11 @@ func (r *router) metadata(ctx context.Context, x *filter.Exchange, req *kmsg.Met
 		if err := add(r.a.dst, dstTopics, func(string) bool { return true }); err != nil {
 			return err
 		}
+	}
+	// One cluster id whichever cluster answered: through the agent a
+	// client sees one cluster, and librdkafka warns when its id changes.
+	if id := r.a.src.lastClusterID(); id != nil {
+		resp.ClusterID = id
 	}
 	x.Resp = resp
 	return nil
