@@ -31,6 +31,9 @@ type shard struct {
 	up   *upstream
 	addr string
 	idx  []int
+	// conn, when set, is the only upstream connection the shard may go on
+	// (see pins.onConn); nil: any.
+	conn *brokerConn
 }
 
 // shardByLeader groups parts by leader, or by the broker pinned returns
@@ -111,10 +114,15 @@ func (r *router) sendShards(ctx context.Context, shards []*shard, key, ver int16
 		req := build(s)
 		if pr, ok := req.(*kmsg.ProduceRequest); ok {
 			if segs, ok := produceSegments(pr, make([]byte, 0, 256)); ok {
-				cl, err := s.up.sendv(ctx, s.addr, r.slot, key, ver, clientID, segs, expect)
+				cl, err := s.up.sendvOn(ctx, s.addr, r.slot, s.conn, key, ver, clientID, segs, expect)
 				out[i] = sent{s: s, cl: cl, err: err}
 				continue
 			}
+			body := req.AppendTo(getBuf(encodedSizeHint(req))[:0])
+			cl, err := s.up.sendvOn(ctx, s.addr, r.slot, s.conn, key, ver, clientID, [][]byte{body}, expect)
+			putBuf(body) // written or failed: not kept
+			out[i] = sent{s: s, cl: cl, err: err}
+			continue
 		}
 		body := req.AppendTo(getBuf(encodedSizeHint(req))[:0])
 		cl, err := r.sendUp(ctx, s.up, s.addr, key, ver, clientID, body, expect)
@@ -122,6 +130,28 @@ func (r *router) sendShards(ctx context.Context, shards []*shard, key, ver int16
 		out[i] = sent{s: s, cl: cl, err: err}
 	}
 	return out
+}
+
+// notSentCodes is the retriable error, in the request's flattened order,
+// for the parts of every shard whose request never reached the broker; all
+// zero when every one did.
+func notSentCodes(ss []sent, n int) []int16 {
+	var codes []int16
+	for _, s := range ss {
+		if s.err == nil || !errors.Is(s.err, errNotSent) {
+			continue
+		}
+		if codes == nil {
+			codes = make([]int16, n)
+		}
+		for _, i := range s.s.idx {
+			codes[i] = retriable
+		}
+	}
+	if codes == nil {
+		codes = make([]int16, n) // noteRefused walks nothing for all zero
+	}
+	return codes
 }
 
 // encodedSizeHint guesses a request's encoded size so that encoding it does
@@ -217,6 +247,7 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 	fwd := r.a.forwardDeadline(srcTopics)
 	shards, codes := r.shardByLeader(ctx, parts, func(t string) *upstream { return ups[t] }, r.pins.addr)
 	shards = r.pins.dropAfterGap(req, shards, codes) // see pin.go
+	shards = r.pins.onConn(shards, parts, codes)     // see pin.go
 	// Idempotent batches toward the destination go under the destination
 	// producer id mapped from the client's (see pidmap.go).
 	shards, rewritten, dups := r.mapProducers(ctx, req, shards, codes)
@@ -233,7 +264,7 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 	if len(shards) == 1 && len(shards[0].idx) == len(parts) && rewritten == nil {
 		// One leader serves the whole request: forward the client's bytes.
 		s := shards[0]
-		cl, err := s.up.send(ctx, s.addr, r.slot, 0, req.Version, x.Header.ClientID, x.RawReq, expect)
+		cl, err := s.up.sendvOn(ctx, s.addr, r.slot, s.conn, 0, req.Version, x.Header.ClientID, [][]byte{x.RawReq}, expect)
 		ss = []sent{{s: s, cl: cl, err: err}}
 	} else {
 		ss = r.sendShards(ctx, shards, 0, req.Version, x.Header.ClientID, func(s *shard) kmsg.Request {
@@ -261,6 +292,11 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 		for _, b := range rewritten {
 			putBuf(b) // sendShards wrote them
 		}
+	}
+	// A batch that was not sent is a gap at once, before the connection's
+	// next request is dispatched (see pin.go).
+	if expect {
+		r.pins.noteRefused(req, notSentCodes(ss, len(parts)))
 	}
 	// What went to the source stays counted until it is answered (or can
 	// no longer be written); what was not sent stops counting now.

@@ -34,12 +34,25 @@ import (
 // forwarding: directly they would have met the old leader as well, while
 // the new leader would take them ahead of the failed batch.
 
+// The same holds for the upstream connection, not only the broker: when
+// the pooled connection a partition's outstanding requests went on dies,
+// they are in doubt (written or not), and the agent answers them
+// retriable. A later request of that partition sent on a fresh connection
+// would reach the broker ahead of their resend: for an idempotent producer
+// a sequence gap (OUT_OF_ORDER_SEQUENCE_NUMBER, fatal for librdkafka; after
+// franz-go re-initialises, a duplicate of the batch that was written).
+// Directly, a connection's death fails all of its requests alike, so the
+// later ones are refused too, unsent, until the outstanding ones are
+// answered (see onConn). The chaos suite found it with a destination
+// paused and killed under the agent.
+
 // pin is where a client connection's outstanding produce requests for one
 // partition went.
 type pin struct {
 	up   *upstream
 	addr string
-	n    int // requests outstanding
+	conn *brokerConn // the pooled connection they went on
+	n    int         // requests outstanding
 }
 
 // pins is one client connection's pins. Dispatch reads and adds; the
@@ -168,6 +181,44 @@ func (ps *pins) addr(up *upstream, p tp) (string, bool) {
 	return "", false
 }
 
+// onConn sets, for each shard, the upstream connection it MUST go on: the
+// one its partitions' outstanding requests went on. A shard some of whose
+// partitions are outstanding on a connection that died (or on two) is
+// refused: its parts get the retriable error in codes and it is left out.
+func (ps *pins) onConn(shards []*shard, parts []tp, codes []int16) []*shard {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if len(ps.m) == 0 {
+		return shards
+	}
+	var drop map[int]bool
+	for _, s := range shards {
+		refuse := false
+		for _, i := range s.idx {
+			pn := ps.m[parts[i]]
+			if pn == nil || pn.up != s.up || pn.addr != s.addr || pn.conn == nil {
+				continue
+			}
+			if pn.conn.isDead() || (s.conn != nil && s.conn != pn.conn) {
+				refuse = true
+				break
+			}
+			s.conn = pn.conn
+		}
+		if !refuse {
+			continue
+		}
+		s.conn = nil
+		for _, i := range s.idx {
+			if drop == nil {
+				drop = map[int]bool{}
+			}
+			drop[i], codes[i] = true, kerr.NotLeaderForPartition.Code
+		}
+	}
+	return withoutParts(shards, drop)
+}
+
 // hold records that the partitions of every shard sent without error are
 // outstanding at its broker, and returns them for release.
 func (ps *pins) hold(ss []sent, parts []tp) []heldPin {
@@ -185,6 +236,9 @@ func (ps *pins) hold(ss []sent, parts []tp) []heldPin {
 				// A new pin: none was outstanding, or the route moved the
 				// topic to the other cluster (never pinned across).
 				pn = &pin{up: s.s.up, addr: s.s.addr}
+				if s.cl != nil {
+					pn.conn = s.cl.conn
+				}
 				if ps.m == nil {
 					ps.m = map[tp]*pin{}
 				}

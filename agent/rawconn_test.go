@@ -51,28 +51,42 @@ func (c *RawConn) Produce(topic string, records []byte) (int16, int64) {
 // Request writes req at its version and reads its response; an error
 // means the exchange failed (the agent closed the connection, say).
 func (c *RawConn) Request(req kmsg.Request) (kmsg.Response, error) {
+	if err := c.Write(req); err != nil {
+		return nil, err
+	}
+	return c.Read(req)
+}
+
+// Write writes req without waiting for its answer: requests pipeline.
+func (c *RawConn) Write(req kmsg.Request) error {
 	c.corr++
 	frame := kmsg.NewRequestFormatter(kmsg.FormatterClientID("raw-test")).AppendRequest(nil, req, c.corr)
 	if _, err := c.nc.Write(frame); err != nil {
-		return nil, fmt.Errorf("writing %s %d: %w", kmsg.NameForKey(req.Key()), c.corr, err)
+		return fmt.Errorf("writing %s %d: %w", kmsg.NameForKey(req.Key()), c.corr, err)
 	}
+	return nil
+}
+
+// Read reads the next response, which MUST answer req (responses come in
+// request order).
+func (c *RawConn) Read(req kmsg.Request) (kmsg.Response, error) {
 	c.nc.SetReadDeadline(time.Now().Add(60 * time.Second))
 	var size [4]byte
 	if _, err := io.ReadFull(c.br, size[:]); err != nil {
-		return nil, fmt.Errorf("reading response %d to %s: %w", c.corr, kmsg.NameForKey(req.Key()), err)
+		return nil, fmt.Errorf("reading the response to %s: %w", kmsg.NameForKey(req.Key()), err)
 	}
 	body := make([]byte, binary.BigEndian.Uint32(size[:]))
 	if _, err := io.ReadFull(c.br, body); err != nil {
-		return nil, fmt.Errorf("reading response %d to %s: %w", c.corr, kmsg.NameForKey(req.Key()), err)
+		return nil, fmt.Errorf("reading the response to %s: %w", kmsg.NameForKey(req.Key()), err)
 	}
 	resp := req.ResponseKind()
 	resp.SetVersion(req.GetVersion())
-	skip := 4                                 // correlation id
+	skip := 4 // correlation id
 	if resp.IsFlexible() && req.Key() != 18 { // ApiVersions answers with the old header
 		skip++ // empty tagged fields
 	}
 	if err := resp.ReadFrom(body[skip:]); err != nil {
-		return nil, fmt.Errorf("decoding response %d to %s: %w", c.corr, kmsg.NameForKey(req.Key()), err)
+		return nil, fmt.Errorf("decoding the response to %s: %w", kmsg.NameForKey(req.Key()), err)
 	}
 	return resp, nil
 }

@@ -28,6 +28,9 @@ var (
 	// connection was dead before it, or the write failed. A broker acts
 	// only on a whole frame, so it may be sent again elsewhere.
 	errNotSent = errors.New("request not sent")
+	// errEarlierInDoubt: earlier produce requests of the same partitions
+	// went on a connection that died, so this one is not sent on another.
+	errEarlierInDoubt = errors.New("earlier requests of its partitions are in doubt on a connection that died")
 )
 
 // brokerConn is one pipelined connection to one broker: requests are
@@ -383,6 +386,20 @@ func (u *upstream) sendv(ctx context.Context, addr string, idx uint64, key, ver 
 		}
 	}
 	return nil, err
+}
+
+// sendvOn is sendv on want, the pooled connection earlier requests went on:
+// it writes once, on want only. If want died or the pool moved on from it,
+// the request is not sent (errNotSent): on a fresh connection it could
+// overtake requests in doubt on want. want nil is plain sendv.
+func (u *upstream) sendvOn(ctx context.Context, addr string, idx uint64, want *brokerConn, key, ver int16, clientID *string, segs [][]byte, expect bool) (*call, error) {
+	if want == nil {
+		return u.sendv(ctx, addr, idx, key, ver, clientID, segs, expect)
+	}
+	if c := u.slot(addr, idx).c.Load(); c != want {
+		return nil, fmt.Errorf("%w: %w: %s", errNotSent, errEarlierInDoubt, addr)
+	}
+	return want.sendv(key, ver, clientID, segs, expect)
 }
 
 // send writes a raw request body to addr on pooled connection idx.
