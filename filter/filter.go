@@ -169,6 +169,7 @@ type Waker struct {
 	mu     sync.Mutex
 	ended  bool
 	timers []*time.Timer
+	onDone []func()
 }
 
 // Wake ends the wait: the holding filter's OnRequest runs again. Calling
@@ -208,19 +209,38 @@ func (w *Waker) WakeOn(ch <-chan struct{}) {
 // closed. A goroutine a filter started for the wait MUST return then.
 func (w *Waker) Done() <-chan struct{} { return w.done }
 
-// end ends the wait: timers stop, watchers return.
+// OnDone runs f once when the wait ends (at once if it has), on the
+// goroutine that ends it: for what a filter counts while it holds, without
+// a goroutine of its own. f MUST NOT block.
+func (w *Waker) OnDone(f func()) {
+	w.mu.Lock()
+	if !w.ended {
+		w.onDone = append(w.onDone, f)
+		w.mu.Unlock()
+		return
+	}
+	w.mu.Unlock()
+	f()
+}
+
+// end ends the wait: timers stop, watchers return, OnDone funcs run.
 func (w *Waker) end() {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	if w.ended {
+		w.mu.Unlock()
 		return
 	}
 	w.ended = true
 	for _, t := range w.timers {
 		t.Stop()
 	}
-	w.timers = nil
+	fs := w.onDone
+	w.timers, w.onDone = nil, nil
 	close(w.done)
+	w.mu.Unlock()
+	for _, f := range fs {
+		f()
+	}
 }
 
 // RequestFilter sees requests on their way in.
