@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -374,6 +375,7 @@ type misuse struct {
 	take   bool
 	status filter.Status
 	waker  chan *filter.Waker
+	ended  atomic.Bool // set by the waker's OnDone
 }
 
 func (m *misuse) Name() string            { return "misuse" }
@@ -382,6 +384,7 @@ func (m *misuse) OnRequest(_ context.Context, x *filter.Exchange) filter.Status 
 	if m.take {
 		w := x.Hold()
 		w.WakeAt(time.Now().Add(time.Hour))
+		w.OnDone(func() { m.ended.Store(true) })
 		m.waker <- w
 	}
 	x.RawResp = []byte{1}
@@ -417,6 +420,9 @@ func TestHoldMisuse(t *testing.T) {
 				case <-(<-m.waker).Done():
 				default:
 					t.Error("the waker of a request not held did not end")
+				}
+				if !m.ended.Load() {
+					t.Error("the waker's OnDone did not run")
 				}
 			}
 		})
