@@ -37,7 +37,7 @@
 // own goroutine: the filter looks again and returns Continue (iteration goes
 // on with the next filter, and eventually the Handler), StopIteration after
 // answering or failing the request, or Hold for another wait. A filter
-// never writes the Exchange from a goroutine of its own: only OnRequest
+// MUST NOT write the Exchange from a goroutine of its own: only OnRequest
 // does, so a held request needs no lock.
 //
 // A filter that returns Hold MUST have armed a wake-up that comes: a
@@ -49,11 +49,12 @@
 // chain, in order, only after it has been dispatched or answered. So no
 // request is dispatched before one the client sent earlier (Kafka's
 // idempotent sequence numbers of a partition require that), and responses,
-// written in request order, cannot overtake it either. Reading goes on
-// meanwhile, up to the connection's bounds, so a client that closes its
-// connection is seen at once: the held request and those behind it then
-// end with ErrClosed (the filters a request had not reached never see it)
-// and each still runs its response side once.
+// written in request order, cannot overtake it either. Chain.Request does
+// not block on a held request, so the connection goes on reading (up to
+// its own bounds) and sees a client that closes. When the context given
+// to Request ends, the held request and those behind it end with
+// ErrClosed (the filters a request had not reached never see it), and
+// each still runs its response side once.
 //
 // A filter MUST NOT keep an Exchange, or any slice of it, after its
 // OnResponse returns: the agent reuses the request's buffer.
