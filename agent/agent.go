@@ -2,7 +2,8 @@
 // Kafka framing and per-connection pipelining, the upstream broker pools
 // for the source and destination clusters, and the router that sends each
 // request where its topic's migration state says. Filters (package filter)
-// run between the connection and the router.
+// run between the connection and the router, in the order chain.go
+// declares.
 //
 // The agent presents itself as a one-broker cluster: Metadata and
 // FindCoordinator name only the agent, leader epochs are synthetic and only
@@ -143,7 +144,8 @@ func UpstreamConns(n int) Opt { return optFunc(func(c *config) { c.upstreamConns
 // NodeID sets the broker id the agent reports for itself, overriding 0.
 func NodeID(id int32) Opt { return optFunc(func(c *config) { c.nodeID = id }) }
 
-// Filters sets the listener's filter chain, in request order.
+// Filters sets the listener's own filters, in request order. They run
+// first in every connection's chain, before the agent's (see chain.go).
 func Filters(f ...filter.Factory) Opt { return optFunc(func(c *config) { c.filters = f }) }
 
 // Logger sets the logger, overriding slog.Default().
@@ -165,7 +167,8 @@ type Agent struct {
 	budget   *requestBudget
 	epochs   *epochs
 	pids     *pidMap
-	cp       *cpLink // nil with static routes
+	cp       *cpLink          // nil with static routes
+	filters  []filter.Factory // every connection's chain (see chain.go)
 	inflight inflight
 	acked    ackedEnds // the end of what each source partition acked, for the drain
 	// uncertain holds idempotent batches the source may have written
@@ -274,6 +277,7 @@ func New(opts ...Opt) (*Agent, error) {
 			return nil, err
 		}
 	}
+	a.filters = a.chain()
 	readTO := 60 * time.Second
 	a.src = newUpstream("source", cfg.source, cfg.upstreamConns, 10*time.Second, readTO, a.log)
 	a.dst = newUpstream("destination", cfg.destination, cfg.upstreamConns, 10*time.Second, readTO, a.log)

@@ -26,7 +26,11 @@ type queued struct {
 
 // serveConn serves one client connection: a reader that decodes requests
 // and runs the request side of the chain in order, and a writer that waits
-// for each answer and writes responses in the same order.
+// for each answer and writes responses in the same order. A request a
+// filter holds does not stop the reader: the chain queues the requests
+// behind it, and the reader goes on until the queue or the connection's
+// byte budget is full, so it sees a client that closes its connection and
+// ends the hold (cancel).
 func (a *Agent) serveConn(ctx context.Context, id uint64, nc net.Conn) {
 	log := a.log.With("conn", id, "remote", nc.RemoteAddr().String())
 	a.metrics.conns.Inc()
@@ -38,7 +42,7 @@ func (a *Agent) serveConn(ctx context.Context, id uint64, nc net.Conn) {
 	info := filter.ConnInfo{ID: id, Remote: nc.RemoteAddr().String(), Local: nc.LocalAddr().String()}
 	rt := &router{a: a, slot: id}
 	defer rt.close() // after the writer: nothing waits on them then
-	chain := filter.NewChain(info, a.cfg.filters, rt)
+	chain := filter.NewChain(info, a.filters, rt)
 	queue := make(chan queued, maxPipelined)
 	writerDone := make(chan struct{})
 	budget := a.budget.forConn()

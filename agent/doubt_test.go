@@ -140,7 +140,7 @@ func TestProduceAfterItsConnectionDiedWaitsForTheResend(t *testing.T) {
 		Partition: 0, FetchOffset: 0, PartitionMaxBytes: 1 << 20, CurrentLeaderEpoch: -1, LogStartOffset: -1}}}}
 	k, next := produceReq(topic, 0), produceReq(topic, 1)
 	for _, req := range []kmsg.Request{fetch, k} {
-		if err := conn.Write(req); err != nil {
+		if err := conn.Send(req); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -170,7 +170,7 @@ func TestProduceAfterItsConnectionDiedWaitsForTheResend(t *testing.T) {
 	// Batch k+1, then a produce to another topic: when the broker gets the
 	// latter, the agent has dispatched k+1 (it dispatches in order).
 	for _, req := range []kmsg.Request{next, produceReq(other, 0)} {
-		if err := conn.Write(req); err != nil {
+		if err := conn.Send(req); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -188,7 +188,7 @@ func TestProduceAfterItsConnectionDiedWaitsForTheResend(t *testing.T) {
 
 	codes := []int16{}
 	for _, req := range []kmsg.Request{fetch, k, next} {
-		resp, err := conn.Read(req)
+		_, resp, err := conn.Receive(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -201,7 +201,7 @@ func TestProduceAfterItsConnectionDiedWaitsForTheResend(t *testing.T) {
 			t.Errorf("batch k+%d: %v, want a retriable error (not sent, or in doubt)", i, kerr.ErrorForCode(code))
 		}
 	}
-	if _, err := conn.Read(produceReq(other, 0)); err != nil {
+	if _, _, err := conn.Receive(produceReq(other, 0)); err != nil {
 		t.Fatal(err)
 	}
 

@@ -2,22 +2,10 @@ package agent
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kmsg"
-
-	"github.com/baton-kafka/baton/filter"
 )
 
-// ErrNoLease fails a write to the source the agent may not send: it holds
-// no lease from the control plane, so the control plane may have moved the
-// topic on without it. The request gets Kafka's retriable error for it where
-// there is one (see errresp.go), else its connection is closed; clients retry.
-var ErrNoLease = errors.New("agent: no lease from the control plane")
-
-// leaseWaitPoll is how often a write waiting for a lease looks again.
+// leaseWaitPoll is how often a produce waiting for a lease looks again.
 const leaseWaitPoll = 10 * time.Millisecond
 
 // routeWrite decides where a produce for topic goes, just before it is
@@ -120,79 +108,10 @@ func dropSource(shards []*shard, src *upstream, codes []int16) []*shard {
 
 // leaseValid says whether the agent may write to the source now: with
 // static routes always; with a control plane while it holds a lease.
+// Writes other than produce wait for it in the chain (filter/leasegate,
+// see chain.go); produce waits in routeWrite.
 func (a *Agent) leaseValid() bool {
 	return a.cp == nil || a.cp.keeper.Valid()
-}
-
-// sourceWrite says whether a request of this key changes state on the
-// cluster it is sent to: such a request goes to the source only under a
-// lease, like produce. Reads (Fetch, ListOffsets, Metadata, Describe*,
-// group membership) need none: they cannot break the one-writer rule.
-func sourceWrite(key int16) bool {
-	switch key {
-	case 0, // Produce (gated per topic by routeWrite)
-		8,  // OffsetCommit
-		19, // CreateTopics
-		20, // DeleteTopics
-		21, // DeleteRecords
-		22, // InitProducerId: a transactional one fences and aborts
-		24, // AddPartitionsToTxn
-		25, // AddOffsetsToTxn
-		26, // EndTxn: writes transaction markers
-		28, // TxnOffsetCommit
-		30, // CreateAcls
-		31, // DeleteAcls
-		33, // AlterConfigs
-		34, // AlterReplicaLogDirs
-		37, // CreatePartitions
-		42, // DeleteGroups
-		43, // ElectLeaders
-		44, // IncrementalAlterConfigs
-		45, // AlterPartitionReassignments
-		47, // OffsetDelete
-		49, // AlterClientQuotas
-		51, // AlterUserScramCredentials
-		57: // UpdateFeatures
-		return true
-	}
-	return false
-}
-
-// waitSourceLease holds a non-produce write to the source until the agent
-// holds a lease, up to DefaultHoldMax from arrived; it fails with
-// ErrNoLease after that.
-func (a *Agent) waitSourceLease(ctx context.Context, x *filter.Exchange) error {
-	key, arrived := x.Header.APIKey, x.Received
-	if !sourceWrite(key) || a.leaseValid() {
-		return nil
-	}
-	if ip, ok := x.Req.(*kmsg.InitProducerIDRequest); ok && ip.TransactionalID == nil {
-		return nil // an idempotent producer's id: nothing is written
-	}
-	if arrived.IsZero() {
-		arrived = time.Now()
-	}
-	a.metrics.held.Inc()
-	defer a.metrics.held.Dec()
-	deadline := time.NewTimer(time.Until(arrived.Add(DefaultHoldMax)))
-	defer deadline.Stop()
-	tick := time.NewTicker(leaseWaitPoll)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-deadline.C:
-			if a.leaseValid() {
-				return nil
-			}
-			return fmt.Errorf("%w: key %d waited %v", ErrNoLease, key, DefaultHoldMax)
-		case <-tick.C:
-			if a.leaseValid() {
-				return nil
-			}
-		}
-	}
 }
 
 // forwardDeadline is F for a produce to topics: the smallest of their

@@ -409,3 +409,52 @@ func TestForwardDeadlineComesFromTheControlPlane(t *testing.T) {
 		})
 	}
 }
+
+// A write held for the lease holds the request pipelined behind it on the
+// connection: both are answered in order once the lease's renewal (not the
+// hold's end) lets the write on.
+func TestHeldWriteKeepsTheConnectionsOrder(t *testing.T) {
+	t.Parallel()
+	cp := startTestControlPlane(t, 900*time.Millisecond, 300*time.Millisecond)
+	reg := prometheus.NewRegistry()
+	f := startAgentWithControlPlane(t, cp, reg)
+	createTopic(t, f.src.Bootstrap(), "committed", 1)
+	c := agent.DialRaw(t, f.addr)
+
+	commit := kmsg.NewPtrOffsetCommitRequest()
+	commit.Version, commit.Group, commit.Generation, commit.RetentionTimeMillis = 2, "g", -1, -1
+	commit.Topics = []kmsg.OffsetCommitRequestTopic{{Topic: "committed",
+		Partitions: []kmsg.OffsetCommitRequestTopicPartition{{Partition: 0, Offset: 1}}}}
+	meta := kmsg.NewPtrMetadataRequest()
+	meta.Version = 9
+	meta.Topics = []kmsg.MetadataRequestTopic{{Topic: kmsg.StringPtr("committed")}}
+	for _, req := range []kmsg.Request{commit, meta} {
+		if err := c.Send(req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wait.For(t, 10*time.Second, "the commit held for the lease", func() string {
+		if n := gaugeValue(t, reg, "baton_agent_held_requests"); n != 1 {
+			return fmt.Sprintf("%v held", n)
+		}
+		return ""
+	})
+	cp.grant.Store(true)
+
+	corr, resp, err := c.Receive(commit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if corr != 1 {
+		t.Fatalf("first response has correlation id %d, want the commit's (1)", corr)
+	}
+	if code := resp.(*kmsg.OffsetCommitResponse).Topics[0].Partitions[0].ErrorCode; code != 0 {
+		t.Fatalf("the commit was answered %v, want it let on under the lease", kerr.ErrorForCode(code))
+	}
+	if corr, _, err = c.Receive(meta); err != nil {
+		t.Fatal(err)
+	}
+	if corr != 2 {
+		t.Fatalf("second response has correlation id %d, want the metadata's (2)", corr)
+	}
+}

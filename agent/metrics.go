@@ -29,7 +29,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "baton_agent_bad_frames_total", Help: "Connections closed for a malformed or oversized frame.",
 		}),
 		held: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "baton_agent_held_requests", Help: "Produce requests held while their topic is MIGRATING.",
+			Name: "baton_agent_held_requests", Help: "Requests held: produce while its topic is MIGRATING or the agent has no lease, other writes to the source while it has no lease.",
 		}),
 		upstreamLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "baton_agent_upstream_latency_seconds",

@@ -51,14 +51,16 @@ func (c *RawConn) Produce(topic string, records []byte) (int16, int64) {
 // Request writes req at its version and reads its response; an error
 // means the exchange failed (the agent closed the connection, say).
 func (c *RawConn) Request(req kmsg.Request) (kmsg.Response, error) {
-	if err := c.Write(req); err != nil {
+	if err := c.Send(req); err != nil {
 		return nil, err
 	}
-	return c.Read(req)
+	_, resp, err := c.Receive(req)
+	return resp, err
 }
 
-// Write writes req without waiting for its answer: requests pipeline.
-func (c *RawConn) Write(req kmsg.Request) error {
+// Send writes req at its version without reading an answer, for
+// pipelining: Receive reads the answers, one per Send, in order.
+func (c *RawConn) Send(req kmsg.Request) error {
 	c.corr++
 	frame := kmsg.NewRequestFormatter(kmsg.FormatterClientID("raw-test")).AppendRequest(nil, req, c.corr)
 	if _, err := c.nc.Write(frame); err != nil {
@@ -67,26 +69,29 @@ func (c *RawConn) Write(req kmsg.Request) error {
 	return nil
 }
 
-// Read reads the next response, which MUST answer req (responses come in
-// request order).
-func (c *RawConn) Read(req kmsg.Request) (kmsg.Response, error) {
+// Receive reads the next response, decoded as req's, and returns the
+// correlation id it carries.
+func (c *RawConn) Receive(req kmsg.Request) (int32, kmsg.Response, error) {
 	c.nc.SetReadDeadline(time.Now().Add(60 * time.Second))
 	var size [4]byte
 	if _, err := io.ReadFull(c.br, size[:]); err != nil {
-		return nil, fmt.Errorf("reading the response to %s: %w", kmsg.NameForKey(req.Key()), err)
+		return 0, nil, fmt.Errorf("reading a response to %s: %w", kmsg.NameForKey(req.Key()), err)
 	}
 	body := make([]byte, binary.BigEndian.Uint32(size[:]))
+	if len(body) < 4 {
+		return 0, nil, fmt.Errorf("a response of %d bytes has no correlation id", len(body))
+	}
 	if _, err := io.ReadFull(c.br, body); err != nil {
-		return nil, fmt.Errorf("reading the response to %s: %w", kmsg.NameForKey(req.Key()), err)
+		return 0, nil, fmt.Errorf("reading a response to %s: %w", kmsg.NameForKey(req.Key()), err)
 	}
 	resp := req.ResponseKind()
 	resp.SetVersion(req.GetVersion())
-	skip := 4 // correlation id
+	skip := 4                                 // correlation id
 	if resp.IsFlexible() && req.Key() != 18 { // ApiVersions answers with the old header
 		skip++ // empty tagged fields
 	}
 	if err := resp.ReadFrom(body[skip:]); err != nil {
-		return nil, fmt.Errorf("decoding the response to %s: %w", kmsg.NameForKey(req.Key()), err)
+		return 0, nil, fmt.Errorf("decoding a response to %s: %w", kmsg.NameForKey(req.Key()), err)
 	}
-	return resp, nil
+	return int32(binary.BigEndian.Uint32(body)), resp, nil
 }

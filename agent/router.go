@@ -170,11 +170,6 @@ func (r *router) dispatch(ctx context.Context, x *filter.Exchange) filter.Pendin
 		return filter.Done{Err: fmt.Errorf("%w: %s v%d was not advertised", ErrUnsupportedRequest,
 			kmsg.NameForKey(x.Header.APIKey), x.Header.APIVersion)}
 	}
-	if x.Header.APIKey != 0 { // produce waits per topic, in routeWrite
-		if err := r.a.waitSourceLease(ctx, x); err != nil {
-			return filter.Done{Err: err}
-		}
-	}
 	switch req := x.Req.(type) {
 	case *kmsg.ApiVersionsRequest:
 		x.Resp = r.a.apiVersionsResponse(req.Version, 0)

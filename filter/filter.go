@@ -1,6 +1,7 @@
 // Package filter owns Baton's Envoy-style Kafka filter chain: the interfaces
-// a filter implements over decoded kmsg requests and responses, and the
-// Chain that runs them for one client connection. It opens no sockets.
+// a filter implements over decoded kmsg requests and responses, the Chain
+// that runs them for one client connection, and the Waker a filter holds a
+// request with. It opens no sockets.
 //
 // # Contract
 //
@@ -8,14 +9,17 @@
 // the order the listener lists them. For every request frame the connection
 // reads:
 //
-//   - OnRequest runs on each RequestFilter in chain order, exactly once per
-//     request, from one goroutine, in the order the client sent the
-//     requests. A filter returns Continue to pass the request on, or
-//     StopIteration after it has answered it itself (Exchange.Resp set) or
-//     failed it (Exchange.Err set: the connection is closed).
+//   - OnRequest runs on each RequestFilter in chain order, in the order the
+//     client sent the requests, never two at once. A filter returns
+//     Continue to pass the request on, StopIteration after it has answered
+//     it itself (Exchange.Resp set) or failed it (Exchange.Err set: the
+//     connection is closed), or Hold to stop for now (below). OnRequest
+//     runs once per request and filter, and once more each time a request
+//     that filter held is woken.
 //   - If every filter continued, the chain's Handler (the router) dispatches
-//     the request. Dispatch is called in request order too, so a Handler
-//     that forwards can keep the client's order on the wire.
+//     the request. Dispatch is called in request order too, never two at
+//     once, so a Handler that forwards can keep the client's order on the
+//     wire.
 //   - OnResponse runs on each ResponseFilter in reverse chain order,
 //     starting from the filter that stopped iteration (or from the last one
 //     when the Handler answered), exactly once per request that expects a
@@ -23,19 +27,52 @@
 //     the client (which is request order, by correlation id). An acks=0
 //     produce request has no response and so no OnResponse call.
 //
+// # Holding a request
+//
+// A filter that cannot decide yet (no lease, a topic being migrated) holds
+// the request, as an Envoy filter returns StopIteration and later calls
+// continueDecoding. In OnRequest it calls Exchange.Hold, arms the returned
+// Waker (WakeAt, WakeOn, or Wake from its own code) and returns Hold. When
+// woken, the chain calls the same filter's OnRequest again, from the chain's
+// own goroutine: the filter looks again and returns Continue (iteration goes
+// on with the next filter, and eventually the Handler), StopIteration after
+// answering or failing the request, or Hold for another wait. A filter
+// MUST NOT write the Exchange from a goroutine of its own: only OnRequest
+// does, so a held request needs no lock.
+//
+// A filter that returns Hold MUST have armed a wake-up that comes: a
+// request nobody wakes stays held until its connection closes. Its Waker's
+// Done channel is closed when the wait ends (woken, or the connection
+// closed); a goroutine the filter started for the wait MUST return then.
+//
+// A held request holds the connection: the requests after it enter the
+// chain, in order, only after it has been dispatched or answered. So no
+// request is dispatched before one the client sent earlier (Kafka's
+// idempotent sequence numbers of a partition require that), and responses,
+// written in request order, cannot overtake it either. Chain.Request does
+// not block on a held request, so the connection goes on reading (up to
+// its own bounds) and sees a client that closes. When the context given
+// to Request ends, the held request and those behind it end with
+// ErrClosed (the filters a request had not reached never see it), and
+// each still runs its response side once.
+//
 // A filter MUST NOT keep an Exchange, or any slice of it, after its
 // OnResponse returns: the agent reuses the request's buffer.
 //
 // Requests and responses of one connection may be in flight concurrently,
 // but a filter never sees two calls of the same direction at once, so
 // per-connection filter state needs no lock unless it is shared between
-// the two directions. Factories are shared by every connection and MUST be
-// safe for concurrent use.
+// the two directions (or with a goroutine the filter started for a hold).
+// Factories are shared by every connection and MUST be safe for concurrent
+// use.
 package filter
 
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -50,6 +87,9 @@ const (
 	// StopIteration ends the request side: the filter set Exchange.Resp
 	// (an answer) or Exchange.Err (close the connection).
 	StopIteration
+	// Hold stops the request side for now: the filter took a Waker with
+	// Exchange.Hold and armed it. Woken, the filter's OnRequest runs again.
+	Hold
 )
 
 // Sentinel errors.
@@ -57,6 +97,15 @@ var (
 	// ErrNoAnswer means a filter stopped iteration without setting Resp or
 	// Err, or a Handler resolved without either.
 	ErrNoAnswer = errors.New("filter: exchange ended with neither response nor error")
+	// ErrNoWaker means a filter returned Hold without calling
+	// Exchange.Hold: nothing could ever wake the request.
+	ErrNoWaker = errors.New("filter: hold without a waker")
+	// ErrBadStatus means a filter returned a Status this package does not
+	// define.
+	ErrBadStatus = errors.New("filter: unknown status")
+	// ErrClosed ends a request that was held, or waiting behind a held
+	// one, when its connection closed.
+	ErrClosed = errors.New("filter: connection closed while the request was held")
 )
 
 // Header is the Kafka request header, as the client sent it.
@@ -89,11 +138,110 @@ type Exchange struct {
 	// Err, when set, closes the client connection after earlier responses
 	// are written.
 	Err error
+
+	chain *Chain // the chain running the request side, for its goroutine count
+	waker *Waker // the current wait, between Hold and its end
 }
 
 // Answered reports whether the exchange has a response or an error.
 func (x *Exchange) Answered() bool {
 	return x.Resp != nil || x.RawResp != nil || x.Err != nil || x.NoResponse
+}
+
+// Hold returns the Waker of x's next wait; a filter calls it in OnRequest
+// before returning Hold. Called again in the same OnRequest it returns the
+// same Waker. A Waker taken by a filter that then returns Continue or
+// StopIteration ends at once (its Done channel is closed).
+func (x *Exchange) Hold() *Waker {
+	if x.waker == nil {
+		x.waker = &Waker{chain: x.chain, wake: make(chan struct{}), done: make(chan struct{})}
+	}
+	return x.waker
+}
+
+// Waker ends one wait of a held request. Its methods are safe for
+// concurrent use, from any goroutine, and do nothing once the wait ended.
+type Waker struct {
+	chain *Chain
+	wake  chan struct{} // closed by Wake
+	woken sync.Once
+	done  chan struct{} // closed by end
+
+	mu     sync.Mutex
+	ended  bool
+	timers []*time.Timer
+	onDone []func()
+}
+
+// Wake ends the wait: the holding filter's OnRequest runs again. Calling
+// it more than once, or after the wait ended, does nothing.
+func (w *Waker) Wake() { w.woken.Do(func() { close(w.wake) }) }
+
+// WakeAt wakes the request at t, or at once when t has passed. The timer
+// is stopped when the wait ends.
+func (w *Waker) WakeAt(t time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.ended {
+		w.timers = append(w.timers, time.AfterFunc(time.Until(t), w.Wake))
+	}
+}
+
+// WakeOn wakes the request when ch is closed or receives (a route table
+// or lease that says it changed). The goroutine that watches ch returns
+// when the wait ends, whether ch fired or not; a nil ch never fires.
+func (w *Waker) WakeOn(ch <-chan struct{}) {
+	if w.chain != nil {
+		w.chain.live.Add(1)
+	}
+	go func() {
+		if w.chain != nil {
+			defer w.chain.live.Add(-1)
+		}
+		select {
+		case <-ch:
+			w.Wake()
+		case <-w.done:
+		}
+	}()
+}
+
+// Done is closed when the wait ends: after Wake, or when the connection
+// closed. A goroutine a filter started for the wait MUST return then.
+func (w *Waker) Done() <-chan struct{} { return w.done }
+
+// OnDone runs f once when the wait ends (at once if it has), on the
+// goroutine that ends it: for what a filter counts while it holds, without
+// a goroutine of its own. f MUST NOT block.
+func (w *Waker) OnDone(f func()) {
+	w.mu.Lock()
+	if !w.ended {
+		w.onDone = append(w.onDone, f)
+		w.mu.Unlock()
+		return
+	}
+	w.mu.Unlock()
+	f()
+}
+
+// end ends the wait: timers stop, watchers return, OnDone funcs run.
+func (w *Waker) end() {
+	w.mu.Lock()
+	if w.ended {
+		w.mu.Unlock()
+		return
+	}
+	w.ended = true
+	for _, t := range w.timers {
+		t.Stop()
+	}
+	fs := w.onDone
+	w.timers, w.onDone = nil, nil
+	close(w.done)
+	w.mu.Unlock()
+	for _, f := range fs {
+		f()
+	}
 }
 
 // RequestFilter sees requests on their way in.
@@ -129,9 +277,11 @@ type Pending interface {
 
 // Handler is the terminal of a chain: it answers what no filter answered.
 type Handler interface {
-	// Dispatch starts serving x. It is called in request order, from one
-	// goroutine per connection; a Handler that forwards MUST have written
-	// the request upstream (or queued it in order) before returning.
+	// Dispatch starts serving x. It is called in request order and never
+	// twice at once, but not always from the same goroutine: a request
+	// resumed after a hold is dispatched from the chain's own. A Handler
+	// that forwards MUST have written the request upstream (or queued it
+	// in order) before returning.
 	Dispatch(ctx context.Context, x *Exchange) Pending
 }
 
@@ -147,10 +297,19 @@ var _ Pending = Done{}
 type Chain struct {
 	reqs  []RequestFilter
 	resps []ResponseFilter
-	// respFrom[i] is how many response filters sit at or before request
+	// respAt[i] is how many response filters sit at or before request
 	// position i: a request stopped there unwinds from that point.
 	respAt  []int
 	handler Handler
+
+	// While a request is held, holding is true and the requests after it
+	// wait in backlog; the chain's goroutine (resume) runs them in order
+	// once the held one is through, and clears holding when none is left.
+	mu      sync.Mutex
+	holding bool
+	backlog []*Started
+
+	live atomic.Int32 // goroutines the chain started that have not returned
 }
 
 // NewChain builds a chain for one connection from factories, in order.
@@ -169,31 +328,138 @@ func NewChain(info ConnInfo, factories []Factory, h Handler) *Chain {
 	return c
 }
 
-// Started is a request that went through the request side of a chain.
+// Started is a request that entered the request side of a chain.
 type Started struct {
 	X       *Exchange
 	pending Pending
 	// unwind is how many response filters run, from index unwind-1 down.
 	unwind int
+	// at is the request filter holding the exchange, while held.
+	at int
+	// ready is nil when the request side finished inside Request, else
+	// closed once it finished (the request was held, or waited behind a
+	// held one); pending and unwind are set then.
+	ready chan struct{}
 }
 
 // Request runs the request side for x and dispatches it unless a filter
-// answered. Call it in request order.
+// answered. Call it in request order, from one goroutine. It does not wait
+// for a held request: the request, and every later one, finishes its
+// request side on the chain's goroutine, and Response waits for that.
 func (c *Chain) Request(ctx context.Context, x *Exchange) *Started {
-	for i, f := range c.reqs {
-		if f.OnRequest(ctx, x) == StopIteration {
+	x.chain = c
+	s := &Started{X: x}
+	c.mu.Lock()
+	if c.holding {
+		s.ready = make(chan struct{})
+		c.backlog = append(c.backlog, s)
+		c.mu.Unlock()
+		return s
+	}
+	c.mu.Unlock()
+	if c.run(ctx, s, 0) {
+		s.ready = make(chan struct{})
+		c.mu.Lock()
+		c.holding = true
+		c.mu.Unlock()
+		c.live.Add(1)
+		go c.resume(ctx, s)
+	}
+	return s
+}
+
+// run runs s's request filters from position from, then the Handler. It
+// reports whether a filter holds s: then s.at is set and s is not done.
+func (c *Chain) run(ctx context.Context, s *Started, from int) (held bool) {
+	x := s.X
+	for i := from; i < len(c.reqs); i++ {
+		st := c.reqs[i].OnRequest(ctx, x)
+		if st == Hold && x.waker != nil {
+			s.at = i
+			return true
+		}
+		if x.waker != nil { // taken, then not held with: end it now
+			x.waker.end()
+			x.waker = nil
+		}
+		switch st {
+		case Continue:
+			continue
+		case StopIteration:
 			if !x.Answered() {
 				x.Err = ErrNoAnswer
 			}
-			return &Started{X: x, pending: Done{}, unwind: c.respAt[i]}
+		case Hold:
+			x.Err = ErrNoWaker
+		default:
+			x.Err = fmt.Errorf("%w %d", ErrBadStatus, st)
 		}
+		s.pending, s.unwind = Done{}, c.respAt[i]
+		return false
 	}
-	return &Started{X: x, pending: c.handler.Dispatch(ctx, x), unwind: len(c.resps)}
+	s.pending, s.unwind = c.handler.Dispatch(ctx, x), len(c.resps)
+	return false
 }
 
-// Response waits for s's answer and runs the response side, in reverse.
-// Call it in the order responses are written.
+// resume finishes held, then the requests that queued behind it, in
+// order, each of which may be held in turn. It returns once none is left,
+// so a connection has at most one such goroutine at a time.
+func (c *Chain) resume(ctx context.Context, held *Started) {
+	defer c.live.Add(-1)
+	s := held
+	for {
+		for c.wait(ctx, s) {
+		}
+		close(s.ready)
+		c.mu.Lock()
+		if len(c.backlog) == 0 {
+			c.holding, c.backlog = false, nil
+			c.mu.Unlock()
+			return
+		}
+		s = c.backlog[0]
+		c.backlog[0] = nil
+		c.backlog = c.backlog[1:]
+		c.mu.Unlock()
+		if ctx.Err() != nil {
+			// The connection is gone: s never reached a filter.
+			s.X.Err, s.pending, s.unwind = fmt.Errorf("%w: %w", ErrClosed, ctx.Err()), Done{}, 0
+			continue
+		}
+		c.run(ctx, s, 0) // if s is held too, the loop's top waits for it
+	}
+}
+
+// wait waits for the held s to be woken or its connection to close, then
+// runs s on from the holding filter. It reports whether s is held again.
+func (c *Chain) wait(ctx context.Context, s *Started) (heldAgain bool) {
+	x := s.X
+	if x.waker == nil {
+		return false // not held: finished by run
+	}
+	w := x.waker
+	select {
+	case <-w.wake:
+	case <-ctx.Done():
+	}
+	w.end()
+	x.waker = nil
+	if ctx.Err() != nil {
+		x.Err, s.pending, s.unwind = fmt.Errorf("%w: %w", ErrClosed, ctx.Err()), Done{}, c.respAt[s.at]
+		return false
+	}
+	return c.run(ctx, s, s.at)
+}
+
+// Response waits for s's request side to finish, then for its answer, and
+// runs the response side, in reverse. Call it in the order responses are
+// written.
 func (c *Chain) Response(ctx context.Context, s *Started) {
+	if s.ready != nil {
+		// Not bounded by ctx: once ctx ends, the chain ends the hold and
+		// the requests behind it promptly; until then they may write s.
+		<-s.ready
+	}
 	x := s.X
 	if err := s.pending.Wait(ctx); err != nil && x.Err == nil {
 		x.Err = err

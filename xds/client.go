@@ -569,6 +569,7 @@ type LeaseKeeper struct {
 	validUntil time.Time
 	lease      time.Duration
 	last       *batonv1.HeartbeatResponse
+	renewed    chan struct{} // closed, and replaced, at every granted heartbeat
 }
 
 // NewLeaseKeeper returns a keeper for node; report is called for every
@@ -582,7 +583,8 @@ func NewLeaseKeeper(conn grpc.ClientConnInterface, node *core.Node,
 	if node.GetId() == "" || report == nil {
 		return nil, fmt.Errorf("%w: node id and report are required", ErrBadConfig)
 	}
-	k := &LeaseKeeper{cfg: cfg, client: batonv1.NewLeaseClient(conn), node: node, report: report, lease: DefaultLease}
+	k := &LeaseKeeper{cfg: cfg, client: batonv1.NewLeaseClient(conn), node: node, report: report, lease: DefaultLease,
+		renewed: make(chan struct{})}
 	if t, ok := conn.(interface{ Target() string }); ok {
 		k.target = t.Target()
 	}
@@ -594,6 +596,15 @@ func (k *LeaseKeeper) Valid() bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.cfg.now().Before(k.validUntil)
+}
+
+// Renewed returns a channel closed at the next heartbeat that grants the
+// lease. A lease becomes valid only then, so a write waiting for one waits
+// on this channel (and checks Valid again) instead of polling.
+func (k *LeaseKeeper) Renewed() <-chan struct{} {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.renewed
 }
 
 // Last returns the last heartbeat answer, nil before the first.
@@ -622,6 +633,8 @@ func (k *LeaseKeeper) Heartbeat(ctx context.Context) (*batonv1.HeartbeatResponse
 	}
 	if resp.GetGranted() {
 		k.validUntil = sent.Add(k.lease)
+		close(k.renewed)
+		k.renewed = make(chan struct{})
 	}
 	return resp, nil
 }
