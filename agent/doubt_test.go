@@ -46,15 +46,7 @@ func TestProduceAfterItsConnectionDiedWaitsForTheResend(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	runCtx, stop := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- a.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-ran; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	runAgent(t, a)
 
 	const topic, other = "doubt", "other"
 	cl, err := kgo.NewClient(kgo.SeedBrokers(src.Addrs()...))

@@ -44,15 +44,7 @@ func TestRetryOfUncertainWriteAfterCompleteIsNotDuplicated(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	runCtx, stop := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- a.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-ran; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	runAgent(t, a)
 
 	clients := map[string]*kgo.Client{}
 	for name, c := range map[string]*embedded.Cluster{"source": src, "destination": dst} {
