@@ -346,28 +346,77 @@ func (s *EtcdStore) PutAgents(ctx context.Context, agents []Agent) error {
 
 func eventKey(seq uint64) string { return fmt.Sprintf("%s%020d", keyEvents, seq) }
 
-// AppendEvent implements Store.
+// AppendEvent implements Store. The log is create-only: an event never
+// overwrites one. etcd may apply a write it answered with an error
+// ("request timed out" after a stall), so a failed or refused append looks
+// at where the log ends before trying again: if the last event there is
+// this one, it was appended; else it goes after it. Without that, one such
+// write left the next sequence number taken and every later event failed.
 func (s *EtcdStore) AppendEvent(ctx context.Context, e Event) (Event, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e.Seq = s.seq + 1
-	b, err := json.Marshal(e)
+	var last error
+	for attempt := range appendAttempts {
+		if attempt > 0 {
+			time.Sleep(time.Duration(attempt) * 100 * time.Millisecond)
+			ours, err := s.resyncSeq(ctx, e)
+			if err != nil {
+				last = err
+				continue
+			}
+			if ours {
+				e.Seq = s.seq
+				return e, nil
+			}
+		}
+		e.Seq = s.seq + 1
+		b, err := json.Marshal(e)
+		if err != nil {
+			return e, err
+		}
+		key := eventKey(e.Seq)
+		r, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, string(b))).Commit()
+		switch {
+		case err != nil:
+			last = fmt.Errorf("controlplane: etcd: appending event: %w", err)
+		case !r.Succeeded:
+			last = fmt.Errorf("controlplane: event %d already written (by another control plane, or an earlier attempt)", e.Seq)
+		default:
+			s.seq = e.Seq
+			return e, nil
+		}
+	}
+	return e, last
+}
+
+// appendAttempts bounds AppendEvent's tries.
+const appendAttempts = 5
+
+// resyncSeq sets s.seq to the last event in etcd, and reports whether that
+// event is e (an earlier attempt of this append, applied after all).
+func (s *EtcdStore) resyncSeq(ctx context.Context, e Event) (bool, error) {
+	r, err := s.cli.Get(ctx, keyEvents, clientv3.WithLastKey()...)
 	if err != nil {
-		return e, err
+		return false, fmt.Errorf("controlplane: reading the event log: %w", err)
 	}
-	// Create only: a second writer on the same log fails instead of
-	// overwriting.
-	key := eventKey(e.Seq)
-	r, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, string(b))).Commit()
+	if len(r.Kvs) == 0 {
+		s.seq = 0
+		return false, nil
+	}
+	seq, err := strconv.ParseUint(strings.TrimPrefix(string(r.Kvs[0].Key), keyEvents), 10, 64)
 	if err != nil {
-		return e, fmt.Errorf("controlplane: etcd: appending event: %w", err)
+		return false, fmt.Errorf("controlplane: bad event key %q", r.Kvs[0].Key)
 	}
-	if !r.Succeeded {
-		return e, fmt.Errorf("controlplane: event %d written by another control plane", e.Seq)
+	s.seq = seq
+	var got Event
+	if err := json.Unmarshal(r.Kvs[0].Value, &got); err != nil {
+		return false, nil // not this one, whatever it is
 	}
-	s.seq = e.Seq
-	return e, nil
+	got.Seq, e.Seq = 0, 0
+	a, _ := json.Marshal(got)
+	b, _ := json.Marshal(e)
+	return string(a) == string(b), nil
 }
 
 // Events implements Store.

@@ -2,8 +2,10 @@ package controlplane
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -55,4 +57,58 @@ func TestEmbeddedDataDirLocked(t *testing.T) {
 		t.Fatalf("after the first store closed: %v", err)
 	}
 	_ = again.Close()
+}
+
+// TestAppendEventAfterAnUncertainWrite: etcd may apply a write it answered
+// with an error ("request timed out" after a stall). The event log must
+// not then lose every later event to a sequence number already taken: an
+// append whose number is taken by itself counts as done (no duplicate),
+// one taken by another event goes after it.
+func TestAppendEventAfterAnUncertainWrite(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := OpenEmbedded(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	put := func(e Event) { // as an attempt etcd applied although it answered an error
+		t.Helper()
+		b, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.cli.Put(ctx, eventKey(e.Seq), string(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at := time.Now().UTC()
+	e1 := Event{Topic: "t", Kind: EventAdded, Time: at}
+	if _, err := s.AppendEvent(ctx, e1); err != nil {
+		t.Fatal(err)
+	}
+	e2 := Event{Topic: "t", Kind: EventTimedOut, Time: at.Add(time.Second)}
+	applied := e2
+	applied.Seq = 2
+	put(applied)
+	if got, err := s.AppendEvent(ctx, e2); err != nil || got.Seq != 2 {
+		t.Fatalf("appending an event already applied at 2: seq %d, %v; want 2, no error", got.Seq, err)
+	}
+	put(Event{Seq: 3, Topic: "t", Kind: EventAgentDrained, Time: at.Add(2 * time.Second)})
+	e3 := Event{Topic: "t", Kind: EventRolledBack, Time: at.Add(3 * time.Second)}
+	if got, err := s.AppendEvent(ctx, e3); err != nil || got.Seq != 4 {
+		t.Fatalf("appending after an event written by another: seq %d, %v; want 4, no error", got.Seq, err)
+	}
+	evs, err := s.Events(ctx, "t", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, e := range evs {
+		kinds = append(kinds, e.Kind)
+	}
+	if want := []string{EventAdded, EventTimedOut, EventAgentDrained, EventRolledBack}; !slices.Equal(kinds, want) {
+		t.Errorf("event log %v, want %v", kinds, want)
+	}
 }
