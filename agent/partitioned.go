@@ -133,8 +133,8 @@ func (r *router) sendShards(ctx context.Context, shards []*shard, key, ver int16
 }
 
 // notSentCodes is the retriable error, in the request's flattened order,
-// for the parts of every shard whose request never reached the broker; all
-// zero when every one did.
+// for the parts of every shard whose request never reached the broker; nil
+// when every one did (the usual case: nothing allocated).
 func notSentCodes(ss []sent, n int) []int16 {
 	var codes []int16
 	for _, s := range ss {
@@ -147,9 +147,6 @@ func notSentCodes(ss []sent, n int) []int16 {
 		for _, i := range s.s.idx {
 			codes[i] = retriable
 		}
-	}
-	if codes == nil {
-		codes = make([]int16, n) // noteRefused walks nothing for all zero
 	}
 	return codes
 }
@@ -222,8 +219,12 @@ func (r *router) waitCall(ctx context.Context, cl *call, key int16) ([]byte, err
 // --- Produce ---
 
 func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.ProduceRequest) filter.Pending {
-	var parts []tp
-	var records [][]byte // per part, for the acked ends (see ackedEnds)
+	n := 0
+	for _, t := range req.Topics {
+		n += len(t.Partitions)
+	}
+	parts := make([]tp, 0, n)
+	records := make([][]byte, 0, n) // per part, for the acked ends (see ackedEnds)
 	for _, t := range req.Topics {
 		for _, p := range t.Partitions {
 			parts = append(parts, tp{t.Topic, p.Partition})
@@ -295,8 +296,8 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 	}
 	// A batch that was not sent is a gap at once, before the connection's
 	// next request is dispatched (see pin.go).
-	if expect {
-		r.pins.noteRefused(req, notSentCodes(ss, len(parts)))
+	if notSent := notSentCodes(ss, len(parts)); expect && notSent != nil {
+		r.pins.noteRefused(req, notSent)
 	}
 	// What went to the source stays counted until it is answered (or can
 	// no longer be written); what was not sent stops counting now.

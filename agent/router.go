@@ -138,6 +138,10 @@ func async(ctx context.Context, fn func(ctx context.Context) error) filter.Pendi
 // client's connection stays open.
 func (r *router) Dispatch(ctx context.Context, x *filter.Exchange) filter.Pending {
 	p := r.dispatch(ctx, x)
+	switch x.Header.APIKey {
+	case 0, 1, 2, 23: // Produce, Fetch, ListOffsets, OffsetForLeaderEpoch
+		return p // answered per partition already: no wrapper on the hot path
+	}
 	if _, ok := p.(filter.Done); ok && x.Answered() {
 		return p // answered by the agent itself, the common case for ApiVersions
 	}
