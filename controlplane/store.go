@@ -236,18 +236,29 @@ func (s *EtcdStore) Close() error {
 }
 
 func (s *EtcdStore) loadSeq(ctx context.Context) error {
+	seq, _, err := s.lastEvent(ctx)
+	if err != nil {
+		return err
+	}
+	s.seq = seq
+	return nil
+}
+
+// lastEvent returns the sequence number and value of the last event in
+// etcd; 0 and nil for an empty log.
+func (s *EtcdStore) lastEvent(ctx context.Context) (uint64, []byte, error) {
 	r, err := s.cli.Get(ctx, keyEvents, clientv3.WithLastKey()...)
 	if err != nil {
-		return fmt.Errorf("controlplane: reading the event log: %w", err)
+		return 0, nil, fmt.Errorf("controlplane: reading the event log: %w", err)
 	}
-	if len(r.Kvs) > 0 {
-		seq, err := strconv.ParseUint(strings.TrimPrefix(string(r.Kvs[0].Key), keyEvents), 10, 64)
-		if err != nil {
-			return fmt.Errorf("controlplane: bad event key %q", r.Kvs[0].Key)
-		}
-		s.seq = seq
+	if len(r.Kvs) == 0 {
+		return 0, nil, nil
 	}
-	return nil
+	seq, err := strconv.ParseUint(strings.TrimPrefix(string(r.Kvs[0].Key), keyEvents), 10, 64)
+	if err != nil {
+		return 0, nil, fmt.Errorf("controlplane: bad event key %q", r.Kvs[0].Key)
+	}
+	return seq, r.Kvs[0].Value, nil
 }
 
 // Load implements Store.
@@ -396,21 +407,13 @@ const appendAttempts = 5
 // resyncSeq sets s.seq to the last event in etcd, and reports whether that
 // event is e (an earlier attempt of this append, applied after all).
 func (s *EtcdStore) resyncSeq(ctx context.Context, e Event) (bool, error) {
-	r, err := s.cli.Get(ctx, keyEvents, clientv3.WithLastKey()...)
+	seq, value, err := s.lastEvent(ctx)
 	if err != nil {
-		return false, fmt.Errorf("controlplane: reading the event log: %w", err)
-	}
-	if len(r.Kvs) == 0 {
-		s.seq = 0
-		return false, nil
-	}
-	seq, err := strconv.ParseUint(strings.TrimPrefix(string(r.Kvs[0].Key), keyEvents), 10, 64)
-	if err != nil {
-		return false, fmt.Errorf("controlplane: bad event key %q", r.Kvs[0].Key)
+		return false, err
 	}
 	s.seq = seq
 	var got Event
-	if err := json.Unmarshal(r.Kvs[0].Value, &got); err != nil {
+	if value == nil || json.Unmarshal(value, &got) != nil {
 		return false, nil // not this one, whatever it is
 	}
 	got.Seq, e.Seq = 0, 0
