@@ -3,8 +3,6 @@ package agent
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -15,7 +13,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/baton-kafka/baton/internal/wait"
-	"github.com/baton-kafka/baton/test/embedded"
 )
 
 // An idempotent producer's batch k is outstanding on the pooled upstream
@@ -29,24 +26,9 @@ import (
 // and killed under the agent.)
 func TestProduceAfterItsConnectionDiedWaitsForTheResend(t *testing.T) {
 	t.Parallel()
-	src, err := embedded.Start(embedded.Brokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(src.Close)
-	dst, err := embedded.Start(embedded.Brokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(dst.Close)
-	a, err := New(Listen("127.0.0.1:0"), Source(src.Addrs()...), Destination(dst.Addrs()...),
-		Logger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, src, _ := startInternalAgent(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	runAgent(t, a)
 
 	const topic, other = "doubt", "other"
 	cl, err := kgo.NewClient(kgo.SeedBrokers(src.Addrs()...))

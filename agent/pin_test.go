@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-	"log/slog"
 	"net"
 	"sync"
 	"testing"
@@ -29,24 +28,9 @@ import (
 // would have gone to the old leader and failed alike.
 func TestProduceStaysOnBrokerWhileOutstanding(t *testing.T) {
 	t.Parallel()
-	src, err := embedded.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(src.Close)
-	dst, err := embedded.Start(embedded.Brokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(dst.Close)
-	a, err := New(Listen("127.0.0.1:0"), Source(src.Addrs()...), Destination(dst.Addrs()...),
-		ForwardDeadline(time.Minute), Logger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, src, _ := startInternalAgent(t, embedded.DefaultBrokers, ForwardDeadline(time.Minute))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	runAgent(t, a)
 
 	const topic = "pinned"
 	cl, err := kgo.NewClient(kgo.SeedBrokers(src.Addrs()...))
@@ -192,24 +176,9 @@ func pinTestSeqBatch(value string, pid int64, epoch int16, seq int32) []byte {
 // must not be written ahead of it (see pin.go); the resend closes the gap.
 func TestProduceAfterNotLeaderWaitsForTheResend(t *testing.T) {
 	t.Parallel()
-	src, err := embedded.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(src.Close)
-	dst, err := embedded.Start(embedded.Brokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(dst.Close)
-	a, err := New(Listen("127.0.0.1:0"), Source(src.Addrs()...), Destination(dst.Addrs()...),
-		Logger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, src, _ := startInternalAgent(t, embedded.DefaultBrokers)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	runAgent(t, a)
 
 	const topic = "gap"
 	cl, err := kgo.NewClient(kgo.SeedBrokers(src.Addrs()...))

@@ -2,7 +2,11 @@ package agent
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"testing"
+
+	"github.com/baton-kafka/baton/test/embedded"
 )
 
 // runAgent runs a until the test ends and returns once it serves: until
@@ -25,4 +29,29 @@ func runAgent(t *testing.T, a *Agent) {
 		ran <- err // for the cleanup
 		t.Fatalf("agent.Run returned before serving: %v", err)
 	}
+}
+
+// startInternalAgent starts a kfake source of srcBrokers nodes, a one-node
+// kfake destination and an agent between them with opts (quiet logs), and
+// returns once it serves. Everything closes with t.
+func startInternalAgent(t *testing.T, srcBrokers int, opts ...Opt) (*Agent, *embedded.Cluster, *embedded.Cluster) {
+	t.Helper()
+	src, err := embedded.Start(embedded.Brokers(srcBrokers))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(src.Close)
+	dst, err := embedded.Start(embedded.Brokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(dst.Close)
+	base := []Opt{Listen("127.0.0.1:0"), Source(src.Addrs()...), Destination(dst.Addrs()...),
+		Logger(slog.New(slog.NewTextHandler(io.Discard, nil)))}
+	a, err := New(append(base, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runAgent(t, a)
+	return a, src, dst
 }

@@ -3,8 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -25,26 +23,11 @@ import (
 // batch after it.
 func TestRetryOfUncertainWriteAfterCompleteIsNotDuplicated(t *testing.T) {
 	t.Parallel()
-	src, err := embedded.Start(embedded.Brokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(src.Close)
-	dst, err := embedded.Start(embedded.Brokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(dst.Close)
 	const topic = "uncertain"
 	routes := NewRouteTable([]Route{{Topic: topic, State: Proxy}})
-	a, err := New(Listen("127.0.0.1:0"), Source(src.Addrs()...), Destination(dst.Addrs()...), Routes(routes),
-		ForwardDeadline(300*time.Millisecond), Logger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, src, dst := startInternalAgent(t, 1, Routes(routes), ForwardDeadline(300*time.Millisecond))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	runAgent(t, a)
 
 	clients := map[string]*kgo.Client{}
 	for name, c := range map[string]*embedded.Cluster{"source": src, "destination": dst} {
