@@ -3,7 +3,6 @@ package xds
 import (
 	"context"
 	"log/slog"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -80,14 +79,10 @@ func TestLeaseKeeperLogsOutageOnce(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, g, err := serveAt(t, "127.0.0.1:0", func(g *grpc.Server) { batonv1.RegisterLeaseServer(g, grantingLease{}) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	g := grpc.NewServer()
-	batonv1.RegisterLeaseServer(g, grantingLease{})
-	go func() { _ = g.Serve(ln) }()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -122,14 +117,9 @@ func TestLeaseKeeperLogsOutageOnce(t *testing.T) {
 		logs.mu.Unlock()
 	}
 
-	ln2, err := net.Listen("tcp", addr)
-	if err != nil {
+	if _, _, err := serveAt(t, addr, func(g *grpc.Server) { batonv1.RegisterLeaseServer(g, grantingLease{}) }); err != nil {
 		t.Skipf("cannot listen on %s again to end the outage: %v", addr, err)
 	}
-	g2 := grpc.NewServer()
-	batonv1.RegisterLeaseServer(g2, grantingLease{})
-	go func() { _ = g2.Serve(ln2) }()
-	defer g2.Stop()
 	wait.For(t, 10*time.Second, "the return logged", func() string {
 		if _, _, info := logs.count(); info < 1 {
 			return "no INFO record of the control plane's return"
@@ -159,14 +149,10 @@ func TestClientLogsStreamOutageOnce(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			s := NewServer()
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			addr, g, err := serveAt(t, "127.0.0.1:0", func(g *grpc.Server) { s.Register(g) })
 			if err != nil {
 				t.Fatal(err)
 			}
-			addr := ln.Addr().String()
-			g := grpc.NewServer()
-			s.Register(g)
-			go func() { _ = g.Serve(ln) }()
 			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 			if err != nil {
 				t.Fatal(err)
@@ -199,14 +185,9 @@ func TestClientLogsStreamOutageOnce(t *testing.T) {
 				logs.mu.Unlock()
 			}
 
-			ln2, err := net.Listen("tcp", addr)
-			if err != nil {
+			if _, _, err := serveAt(t, addr, func(g *grpc.Server) { s.Register(g) }); err != nil {
 				t.Skipf("cannot listen on %s again to end the outage: %v", addr, err)
 			}
-			g2 := grpc.NewServer()
-			s.Register(g2)
-			go func() { _ = g2.Serve(ln2) }()
-			defer g2.Stop()
 			s.Update(res(2, batonv1.State_STATE_COMPLETE, nil))
 			if err := c.WaitVersion(ctx, 2); err != nil {
 				t.Fatal(err)

@@ -46,6 +46,23 @@ func (s *seen) get(topic string) *batonv1.TopicRoute {
 // protocols are the variants every client test runs with.
 var protocols = []Protocol{Delta, SotW}
 
+// serveAt serves gRPC on addr ("127.0.0.1:0": any port) with register's
+// services, until the test ends or the caller stops it. It returns the
+// address served; an error when addr cannot be listened on (a port reused
+// to bring a server back may be taken meanwhile).
+func serveAt(t *testing.T, addr string, register func(*grpc.Server)) (string, *grpc.Server, error) {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, err
+	}
+	g := grpc.NewServer()
+	register(g)
+	go func() { _ = g.Serve(ln) }()
+	t.Cleanup(g.Stop)
+	return ln.Addr().String(), g, nil
+}
+
 func startClient(t *testing.T, ctx context.Context, conn *grpc.ClientConn, p Protocol, id, ns string, refuse func(uint64) error) (*Client, *seen) {
 	t.Helper()
 	sn := &seen{routes: map[string]*batonv1.TopicRoute{}}
@@ -183,14 +200,10 @@ func TestClientReconnects(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			s := NewServer()
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			addr, g, err := serveAt(t, "127.0.0.1:0", func(g *grpc.Server) { s.Register(g) })
 			if err != nil {
 				t.Fatal(err)
 			}
-			addr := ln.Addr().String()
-			g := grpc.NewServer()
-			s.Register(g)
-			go func() { _ = g.Serve(ln) }()
 			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 			if err != nil {
 				t.Fatal(err)
@@ -204,14 +217,9 @@ func TestClientReconnects(t *testing.T) {
 			g.Stop()
 			waitFor(t, ctx, "disconnect seen", func() bool { n, _ := s.Node("r"); return !n.Connected })
 			s.Update(res(2, batonv1.State_STATE_COMPLETE, nil))
-			ln2, err := net.Listen("tcp", addr)
-			if err != nil {
+			if _, _, err := serveAt(t, addr, func(g *grpc.Server) { s.Register(g) }); err != nil {
 				t.Skipf("port reuse: %v", err)
 			}
-			g2 := grpc.NewServer()
-			s.Register(g2)
-			go func() { _ = g2.Serve(ln2) }()
-			defer g2.Stop()
 			if err := c.WaitVersion(ctx, 2); err != nil {
 				t.Fatal(err)
 			}
