@@ -85,6 +85,24 @@ func counterSum(t *testing.T, reg *prometheus.Registry, name string, labels map[
 	return sum
 }
 
+// waitConfigChanges waits until the replicator has counted want config
+// changes of kind op on topic, and fails if it counted more. The count
+// follows the destination's alter response, so a test that sees the new
+// value on D can look before the replicator has counted it.
+func waitConfigChanges(t *testing.T, reg *prometheus.Registry, topic, op string, want float64) {
+	t.Helper()
+	labels := map[string]string{"topic": topic, "op": op}
+	wait.For(t, 30*time.Second, fmt.Sprintf("%v config changes (%s) of %s counted", want, op, topic), func() string {
+		if got := counterSum(t, reg, "baton_replicator_topic_config_changes_total", labels); got < want {
+			return fmt.Sprintf("%v", got)
+		}
+		return ""
+	})
+	if got := counterSum(t, reg, "baton_replicator_topic_config_changes_total", labels); got != want {
+		t.Errorf("config changes (%s) of %s = %v, want %v", op, topic, got, want)
+	}
+}
+
 // TestTopicConfigMirrored: retention.ms changed on S (set, changed,
 // removed) follows on D while the topic is replicated; a config the
 // replicator controls (min.insync.replicas) is not copied.
@@ -116,15 +134,11 @@ func TestTopicConfigMirrored(t *testing.T) {
 	alterTopic(t, sAdm, "cfg", kadm.AlterConfig{Op: kadm.SetConfig, Name: "retention.ms", Value: kadm.StringPtr("7200000")},
 		kadm.AlterConfig{Op: kadm.SetConfig, Name: "min.insync.replicas", Value: kadm.StringPtr("3")})
 	waitConfig(t, dAdm, "cfg", "retention.ms", "7200000", true)
-	if got := counterSum(t, reg, "baton_replicator_topic_config_changes_total", map[string]string{"topic": "cfg", "op": "set"}); got != 1 {
-		t.Errorf("config changes (set) = %v, want 1", got)
-	}
+	waitConfigChanges(t, reg, "cfg", "set", 1)
 
 	alterTopic(t, sAdm, "cfg", kadm.AlterConfig{Op: kadm.DeleteConfig, Name: "retention.ms"})
 	waitConfig(t, dAdm, "cfg", "retention.ms", "", false)
-	if got := counterSum(t, reg, "baton_replicator_topic_config_changes_total", map[string]string{"topic": "cfg", "op": "delete"}); got != 1 {
-		t.Errorf("config changes (delete) = %v, want 1", got)
-	}
+	waitConfigChanges(t, reg, "cfg", "delete", 1)
 	if v, ok := dynamicTopicConfigs(t, dAdm, "cfg")["min.insync.replicas"]; ok {
 		t.Errorf("min.insync.replicas=%s copied to the destination", v)
 	}
