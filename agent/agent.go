@@ -31,19 +31,19 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/baton-kafka/baton/filter"
+	"github.com/baton-kafka/baton/migration"
 )
 
 // Defaults of the options below.
 const (
-	DefaultListen          = "127.0.0.1:9092"
-	DefaultMaxFrameBytes   = 100 << 20
-	DefaultConnBuffered    = 100 << 20
-	DefaultBuffered        = 256 << 20
-	DefaultFrameTimeout    = 30 * time.Second
-	DefaultIdleTimeout     = 10 * time.Minute
-	DefaultForwardDeadline = 2 * time.Second
-	DefaultUpstreamConns   = 2
-	DefaultNodeID          = 0
+	DefaultListen        = "127.0.0.1:9092"
+	DefaultMaxFrameBytes = 100 << 20
+	DefaultConnBuffered  = 100 << 20
+	DefaultBuffered      = 256 << 20
+	DefaultFrameTimeout  = 30 * time.Second
+	DefaultIdleTimeout   = 10 * time.Minute
+	DefaultUpstreamConns = 2
+	DefaultNodeID        = 0
 )
 
 // Configuration errors name the field at fault.
@@ -198,7 +198,7 @@ func New(opts ...Opt) (*Agent, error) {
 		buffered:        DefaultBuffered,
 		frameTimeout:    DefaultFrameTimeout,
 		idleTimeout:     DefaultIdleTimeout,
-		forwardDeadline: DefaultForwardDeadline,
+		forwardDeadline: migration.DefaultForwardDeadline,
 		upstreamConns:   DefaultUpstreamConns,
 		nodeID:          DefaultNodeID,
 		producerIDs:     DefaultProducerIDs,

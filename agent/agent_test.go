@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/baton-kafka/baton/agent"
+	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/test/embedded"
 )
 
@@ -336,7 +337,7 @@ func TestLeaderMovesWhileProducing(t *testing.T) {
 func TestRoutesMigratingHoldsThenCompleteWritesDestination(t *testing.T) {
 	t.Parallel()
 	topic := "moving-house"
-	f := startFixture(t, []agent.Route{{Topic: topic, State: agent.Migrating, HoldMax: 30 * time.Second}})
+	f := startFixture(t, []agent.Route{{Topic: topic, State: migration.Migrating, HoldMax: 30 * time.Second}})
 	createTopic(t, f.src.Bootstrap(), topic, 3)
 	createTopic(t, f.dst.Bootstrap(), topic, 3)
 	cl := newClient(t, f.addr, kgo.DefaultProduceTopic(topic), kgo.DisableIdempotentWrite())
@@ -348,7 +349,7 @@ func TestRoutesMigratingHoldsThenCompleteWritesDestination(t *testing.T) {
 		t.Fatalf("produce to a MIGRATING topic in hold mode answered before the route changed: %v", err)
 	case <-time.After(300 * time.Millisecond):
 	}
-	f.agent.Routes().Replace([]agent.Route{{Topic: topic, State: agent.Complete}})
+	f.agent.Routes().Replace([]agent.Route{{Topic: topic, State: migration.Complete}})
 	if err := <-res; err != nil {
 		t.Fatalf("held produce after COMPLETE: %v", err)
 	}
@@ -363,7 +364,7 @@ func TestRoutesMigratingHoldsThenCompleteWritesDestination(t *testing.T) {
 func TestRoutesMigratingRetriableAnswersNotLeader(t *testing.T) {
 	t.Parallel()
 	topic := "refused"
-	f := startFixture(t, []agent.Route{{Topic: topic, State: agent.Migrating, Mode: agent.Retriable}})
+	f := startFixture(t, []agent.Route{{Topic: topic, State: migration.Migrating, Mode: migration.Retriable}})
 	createTopic(t, f.src.Bootstrap(), topic, 1)
 	cl := newClient(t, f.addr, kgo.DefaultProduceTopic(topic), kgo.RecordRetries(1), kgo.DisableIdempotentWrite())
 	err := cl.ProduceSync(context.Background(), &kgo.Record{Value: []byte("x")}).FirstErr()

@@ -5,6 +5,7 @@ import (
 
 	"github.com/baton-kafka/baton/filter"
 	"github.com/baton-kafka/baton/filter/leasegate"
+	"github.com/baton-kafka/baton/migration"
 )
 
 // The agent's filter chain, in request order (responses run it in
@@ -35,7 +36,7 @@ func (a *Agent) chain() []filter.Factory {
 func (a *Agent) leaseGate() filter.Factory {
 	f, err := leasegate.New(leasegate.Config{
 		Lease:   agentLease{a},
-		HoldMax: DefaultHoldMax,
+		HoldMax: migration.DefaultHoldMax,
 		Gated: func(x *filter.Exchange) bool {
 			return leasegate.SourceWrite(x) && a.advertises(x.Header.APIKey, x.Header.APIVersion)
 		},

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/xds"
 )
 
@@ -62,21 +63,11 @@ func (a *Agent) applyRoutes(version uint64, trs []*batonv1.TopicRoute) error {
 	for _, tr := range trs {
 		r := Route{Topic: tr.GetTopic(), HoldMax: tr.GetHoldMax().AsDuration(),
 			ForwardDeadline: tr.GetForwardDeadline().AsDuration()}
-		switch tr.GetState() {
-		case batonv1.State_STATE_REJECT:
-			r.State = Reject
-		case batonv1.State_STATE_PROXY:
-			r.State = Proxy
-		case batonv1.State_STATE_MIGRATING:
-			r.State = Migrating
-		case batonv1.State_STATE_COMPLETE:
-			r.State = Complete
-		default:
-			return fmt.Errorf("topic %q: state %v", tr.GetTopic(), tr.GetState())
+		st, err := migration.FromProto(tr.GetState())
+		if err != nil {
+			return fmt.Errorf("topic %q: %w", tr.GetTopic(), err)
 		}
-		if tr.GetMode() == batonv1.HoldMode_HOLD_MODE_RETRIABLE {
-			r.Mode = Retriable
-		}
+		r.State, r.Mode = st, migration.HoldModeFromProto(tr.GetMode())
 		routes = append(routes, r)
 	}
 	if err := checkTopicRoutes(routes); err != nil {

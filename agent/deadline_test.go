@@ -11,6 +11,7 @@ import (
 
 	"github.com/baton-kafka/baton/agent"
 	"github.com/baton-kafka/baton/internal/wait"
+	"github.com/baton-kafka/baton/migration"
 )
 
 type produced struct {
@@ -25,7 +26,7 @@ func TestForwardDeadlineStartsAtTheWrite(t *testing.T) {
 	t.Parallel()
 	const deadline = time.Second
 	topic := "held-long"
-	f := startFixture(t, []agent.Route{{Topic: topic, State: agent.Migrating, Mode: agent.Hold, HoldMax: time.Minute}},
+	f := startFixture(t, []agent.Route{{Topic: topic, State: migration.Migrating, Mode: migration.Hold, HoldMax: time.Minute}},
 		agent.ForwardDeadline(deadline))
 	createTopic(t, f.src.Bootstrap(), topic, 1)
 
@@ -48,7 +49,7 @@ func TestForwardDeadlineStartsAtTheWrite(t *testing.T) {
 		}
 		return ""
 	})
-	f.agent.Routes().Replace([]agent.Route{{Topic: topic, State: agent.Proxy}}) // rollback: on to the source
+	f.agent.Routes().Replace([]agent.Route{{Topic: topic, State: migration.Proxy}}) // rollback: on to the source
 	got := <-out
 	if got.err != nil {
 		t.Fatal(got.err)

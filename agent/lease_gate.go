@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"time"
+
+	"github.com/baton-kafka/baton/migration"
 )
 
 // leaseWaitPoll is how often a produce waiting for a lease looks again.
@@ -28,7 +30,7 @@ func (r *router) routeWrite(ctx context.Context, topic string, arrived time.Time
 	}
 	holdMax := r.a.routes.Lookup(topic).HoldMax
 	if holdMax <= 0 {
-		holdMax = DefaultHoldMax
+		holdMax = migration.DefaultHoldMax
 	}
 	deadline := time.NewTimer(time.Until(arrived.Add(holdMax)))
 	defer deadline.Stop()
@@ -79,7 +81,7 @@ func (r *router) routeWrite(ctx context.Context, topic string, arrived time.Time
 			return r.a.dst
 		case last:
 			return nil
-		case target == ToNowhere && route.Mode != Hold:
+		case target == ToNowhere && route.Mode != migration.Hold:
 			return nil
 		}
 		// Held (MIGRATING) or waiting for a lease: wake on a route change,

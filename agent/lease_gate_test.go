@@ -23,6 +23,7 @@ import (
 	"github.com/baton-kafka/baton/agent"
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/internal/wait"
+	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/xds"
 )
 
@@ -329,7 +330,7 @@ func TestNonProduceWritesNeedTheLease(t *testing.T) {
 			src := func() *kadm.Client { return kadm.NewClient(newClient(t, f.src.Bootstrap())) }
 			adm := kadm.NewClient(newClient(t, f.addr, kgo.RequestRetries(0)))
 
-			ctx, cancel := context.WithTimeout(context.Background(), agent.DefaultHoldMax+5*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), migration.DefaultHoldMax+5*time.Second)
 			err := tc.write(ctx, adm)
 			cancel()
 			if err == nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/baton-kafka/baton/agent"
+	"github.com/baton-kafka/baton/migration"
 )
 
 // TestMetadataListsEachTopicFromItsRoute: the agent answers Metadata with
@@ -23,8 +24,8 @@ import (
 func TestMetadataListsEachTopicFromItsRoute(t *testing.T) {
 	t.Parallel()
 	f := startFixture(t, []agent.Route{
-		{Topic: "proxied", State: agent.Proxy},
-		{Topic: "moved", State: agent.Complete},
+		{Topic: "proxied", State: migration.Proxy},
+		{Topic: "moved", State: migration.Complete},
 	})
 	for _, c := range []struct {
 		addr, topic string
@@ -94,7 +95,7 @@ func TestMetadataListsEachTopicFromItsRoute(t *testing.T) {
 	check("metadata for all topics", ask(), map[string]int{"proxied": 3, "moved": 2, "src-only": 3})
 
 	// No topic COMPLETE: an all-topics request lists the source's alone.
-	f.agent.Routes().Replace([]agent.Route{{Topic: "proxied", State: agent.Proxy}})
+	f.agent.Routes().Replace([]agent.Route{{Topic: "proxied", State: migration.Proxy}})
 	check("metadata for all topics, none COMPLETE", ask(), map[string]int{"proxied": 3, "moved": 3, "src-only": 3})
 }
 
@@ -105,8 +106,8 @@ func TestMetadataListsEachTopicFromItsRoute(t *testing.T) {
 func TestMetadataShowsOneClusterID(t *testing.T) {
 	t.Parallel()
 	f := startFixture(t, []agent.Route{
-		{Topic: "proxied", State: agent.Proxy},
-		{Topic: "moved", State: agent.Complete},
+		{Topic: "proxied", State: migration.Proxy},
+		{Topic: "moved", State: migration.Complete},
 	})
 	createTopic(t, f.src.Bootstrap(), "proxied", 1)
 	createTopic(t, f.dst.Bootstrap(), "moved", 1)

@@ -16,6 +16,7 @@ import (
 	"github.com/baton-kafka/baton/agent"
 	"github.com/baton-kafka/baton/internal/recordbatch"
 	"github.com/baton-kafka/baton/internal/wait"
+	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/test/embedded"
 )
 
@@ -30,17 +31,17 @@ func TestIdempotentProducerAcrossCutover(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
-		mode agent.HoldMode
+		mode migration.HoldMode
 	}{
-		{"hold", agent.Hold},
-		{"retriable", agent.Retriable},
+		{"hold", migration.Hold},
+		{"retriable", migration.Retriable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			topic := "idem-" + tc.name
 			const partitions = 3
 			reg := prometheus.NewRegistry()
-			f := startFixture(t, []agent.Route{{Topic: topic, State: agent.Proxy}}, agent.Registry(reg))
+			f := startFixture(t, []agent.Route{{Topic: topic, State: migration.Proxy}}, agent.Registry(reg))
 			createTopic(t, f.src.Bootstrap(), topic, partitions)
 			createTopic(t, f.dst.Bootstrap(), topic, partitions)
 			cl := newClient(t, f.addr, kgo.DefaultProduceTopic(topic), kgo.MetadataMinAge(100*time.Millisecond),
@@ -60,7 +61,7 @@ func TestIdempotentProducerAcrossCutover(t *testing.T) {
 			}
 
 			// MIGRATING: produce is held (or refused) until COMPLETE.
-			f.agent.Routes().Replace([]agent.Route{{Topic: topic, State: agent.Migrating, Mode: tc.mode, HoldMax: 30 * time.Second}})
+			f.agent.Routes().Replace([]agent.Route{{Topic: topic, State: migration.Migrating, Mode: tc.mode, HoldMax: 30 * time.Second}})
 			var during []acked
 			done := make(chan struct{})
 			go func() {
@@ -68,12 +69,12 @@ func TestIdempotentProducerAcrossCutover(t *testing.T) {
 				during = produceRange(t, cl, topic, 300, 300)
 			}()
 			waitMetric(t, reg, func() bool {
-				if tc.mode == agent.Hold {
+				if tc.mode == migration.Hold {
 					return gathered(t, reg, "baton_agent_held_requests") > 0
 				}
 				return gathered(t, reg, "baton_agent_produce_partitions_total", kerr.NotLeaderForPartition.Error()) > 0
 			})
-			f.agent.Routes().Replace([]agent.Route{{Topic: topic, State: agent.Complete}})
+			f.agent.Routes().Replace([]agent.Route{{Topic: topic, State: migration.Complete}})
 			<-done
 
 			// COMPLETE: on the destination.

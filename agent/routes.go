@@ -7,66 +7,19 @@ import (
 	"io"
 	"os"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/baton-kafka/baton/migration"
 )
-
-// State is a topic's migration state (docs/design.md §3).
-type State int
-
-// The states. Unmanaged topics pass through to the source.
-const (
-	Unmanaged State = iota
-	Reject
-	Proxy
-	Migrating
-	Complete
-)
-
-var stateNames = map[State]string{
-	Unmanaged: "UNMANAGED", Reject: "REJECT", Proxy: "PROXY", Migrating: "MIGRATING", Complete: "COMPLETE",
-}
-
-func (s State) String() string {
-	if n, ok := stateNames[s]; ok {
-		return n
-	}
-	return fmt.Sprintf("State(%d)", int(s))
-}
-
-// ParseState parses a state name, case-insensitively.
-func ParseState(s string) (State, error) {
-	for st, n := range stateNames {
-		if strings.EqualFold(s, n) && st != Unmanaged {
-			return st, nil
-		}
-	}
-	return 0, fmt.Errorf("unknown state %q (want REJECT, PROXY, MIGRATING or COMPLETE)", s)
-}
-
-// HoldMode is what agents do with produce for a MIGRATING topic.
-type HoldMode int
-
-const (
-	// Hold keeps the request until the topic leaves MIGRATING or HoldMax
-	// passes (default).
-	Hold HoldMode = iota
-	// Retriable answers at once with the retriable error.
-	Retriable
-)
-
-// DefaultHoldMax is how long a held request waits: well below client
-// request timeouts (30 s; franz-go about 10 s) and kafkajs's ~9 s of retries.
-const DefaultHoldMax = 5 * time.Second
 
 // Route is how the agent treats one topic.
 type Route struct {
 	Topic   string
-	State   State
-	Mode    HoldMode
+	State   migration.State
+	Mode    migration.HoldMode
 	HoldMax time.Duration
 	// ForwardDeadline is F for this topic as the control plane pushed it;
 	// 0: the control plane's (or, with static routes, the agent's) own.
@@ -86,9 +39,9 @@ const (
 // Target is where writes for the route go.
 func (r Route) Target() Cluster {
 	switch r.State {
-	case Migrating:
+	case migration.Migrating:
 		return ToNowhere
-	case Complete:
+	case migration.Complete:
 		return ToDestination
 	default:
 		return ToSource
@@ -117,7 +70,7 @@ func (t *RouteTable) Lookup(topic string) Route {
 	r, ok := t.routes[topic]
 	t.mu.RUnlock()
 	if !ok {
-		return Route{Topic: topic, State: Unmanaged}
+		return Route{Topic: topic, State: migration.Unmanaged}
 	}
 	return r
 }
@@ -146,7 +99,7 @@ func (t *RouteTable) Replace(routes []Route) {
 	m := make(map[string]Route, len(routes))
 	for _, r := range routes {
 		if r.HoldMax <= 0 {
-			r.HoldMax = DefaultHoldMax
+			r.HoldMax = migration.DefaultHoldMax
 		}
 		m[r.Topic] = r
 	}
@@ -206,18 +159,15 @@ func ParseRoutes(b []byte) ([]Route, error) {
 			return nil, fmt.Errorf("%w: %s.topic: %q listed twice", ErrBadRoutes, at, e.Topic)
 		}
 		seen[e.Topic] = true
-		st, err := ParseState(e.State)
+		st, err := migration.ParseState(e.State)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s.state: %w", ErrBadRoutes, at, err)
 		}
-		r := Route{Topic: e.Topic, State: st, HoldMax: DefaultHoldMax}
-		switch strings.ToLower(e.Mode) {
-		case "", "hold":
-		case "retriable":
-			r.Mode = Retriable
-		default:
-			return nil, fmt.Errorf("%w: %s.mode: %q (want hold or retriable)", ErrBadRoutes, at, e.Mode)
+		mode, err := migration.ParseHoldMode(e.Mode)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s.mode: %w", ErrBadRoutes, at, err)
 		}
+		r := Route{Topic: e.Topic, State: st, Mode: mode, HoldMax: migration.DefaultHoldMax}
 		if e.HoldMax != "" {
 			d, err := time.ParseDuration(e.HoldMax)
 			if err != nil || d <= 0 {

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/xds"
 )
 
@@ -26,9 +27,9 @@ func checkRoutes(t *testing.T, routes []Route) {
 			t.Fatalf("route with no topic accepted: %+v", r)
 		case seen[r.Topic]:
 			t.Fatalf("topic %q accepted twice", r.Topic)
-		case r.State < Reject || r.State > Complete:
+		case r.State < migration.Reject || r.State > migration.Complete:
 			t.Fatalf("route %q with state %v accepted", r.Topic, r.State)
-		case r.Mode != Hold && r.Mode != Retriable:
+		case r.Mode != migration.Hold && r.Mode != migration.Retriable:
 			t.Fatalf("route %q with mode %v accepted", r.Topic, r.Mode)
 		}
 		seen[r.Topic] = true
@@ -90,7 +91,7 @@ func FuzzApplyRoutes(f *testing.F) {
 	f.Cleanup(func() { conn.Close() })
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		a := &Agent{log: log, routes: NewRouteTable([]Route{{Topic: "before", State: Proxy}}), cp: &cpLink{}}
+		a := &Agent{log: log, routes: NewRouteTable([]Route{{Topic: "before", State: migration.Proxy}}), cp: &cpLink{}}
 		a.cp.keeper, err = xds.NewLeaseKeeper(conn, xds.NodeMeta("fuzz", "", ""), a.leaseReport, xds.ClientLogger(log))
 		if err != nil {
 			t.Fatal(err)

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/baton-kafka/baton/migration"
 )
 
 func TestParseRoutes(t *testing.T) {
@@ -17,9 +19,9 @@ func TestParseRoutes(t *testing.T) {
 	}{
 		{name: "empty file", yaml: "", want: []Route{}},
 		{name: "defaults", yaml: "routes:\n  - topic: a\n    state: proxy\n",
-			want: []Route{{Topic: "a", State: Proxy, HoldMax: DefaultHoldMax}}},
+			want: []Route{{Topic: "a", State: migration.Proxy, HoldMax: migration.DefaultHoldMax}}},
 		{name: "all fields", yaml: "routes:\n  - topic: a\n    state: MIGRATING\n    mode: retriable\n    holdMax: 2s\n",
-			want: []Route{{Topic: "a", State: Migrating, Mode: Retriable, HoldMax: 2 * time.Second}}},
+			want: []Route{{Topic: "a", State: migration.Migrating, Mode: migration.Retriable, HoldMax: 2 * time.Second}}},
 		{name: "missing topic", yaml: "routes:\n  - state: PROXY\n", wantErr: "routes[0].topic"},
 		{name: "bad state", yaml: "routes:\n  - topic: a\n    state: DONE\n", wantErr: "routes[0].state"},
 		{name: "bad mode", yaml: "routes:\n  - topic: a\n    state: PROXY\n    mode: wait\n", wantErr: "routes[0].mode"},
@@ -54,8 +56,8 @@ func TestParseRoutes(t *testing.T) {
 
 func TestRouteTargets(t *testing.T) {
 	t.Parallel()
-	for st, want := range map[State]Cluster{
-		Unmanaged: ToSource, Reject: ToSource, Proxy: ToSource, Migrating: ToNowhere, Complete: ToDestination,
+	for st, want := range map[migration.State]Cluster{
+		migration.Unmanaged: ToSource, migration.Reject: ToSource, migration.Proxy: ToSource, migration.Migrating: ToNowhere, migration.Complete: ToDestination,
 	} {
 		if got := (Route{State: st}).Target(); got != want {
 			t.Errorf("%s routes to %v, want %v", st, got, want)

@@ -51,6 +51,7 @@ import (
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/xds"
 )
 
@@ -170,7 +171,7 @@ func simulate(t *testing.T, seed uint64) simResult {
 	if err := w.startControlPlane(); err != nil {
 		return simResult{failed: "starting the control plane: " + err.Error()}
 	}
-	if _, err := w.cp.Load().AddTopic(ctx, controlplane.TopicSpec{Name: simTopic, State: controlplane.Proxy,
+	if _, err := w.cp.Load().AddTopic(ctx, controlplane.TopicSpec{Name: simTopic, State: migration.Proxy,
 		HoldMax: 1500 * time.Millisecond}, "sim"); err != nil {
 		return simResult{failed: "adding the topic: " + err.Error()}
 	}
@@ -228,7 +229,7 @@ func (w *simWorld) check() simResult {
 		res.failed = "the topic is not in the store"
 		return res
 	}
-	res.completed = st.State == controlplane.Complete
+	res.completed = st.State == migration.Complete
 	where, log := "source", w.src
 	if res.completed {
 		where, log = "destination", w.dst
@@ -307,9 +308,9 @@ func (w *simWorld) operator(stop <-chan struct{}) {
 			continue
 		}
 		switch tp.State {
-		case controlplane.Proxy:
+		case migration.Proxy:
 			_, _ = cp.Migrate(w.ctx, simTopic, "sim")
-		case controlplane.Migrating:
+		case migration.Migrating:
 			if rng.IntN(6) == 0 {
 				_, _ = cp.Abort(w.ctx, simTopic, "sim", "sim: operator abort")
 			}
@@ -380,7 +381,7 @@ func (w *simWorld) appendSource(id int64) {
 // after COMPLETE (invariant 4).
 func (w *simWorld) appendDestination(id int64) {
 	st, _ := w.store.Topic(simTopic)
-	if st.State != controlplane.Complete {
+	if st.State != migration.Complete {
 		w.violate("invariant 4: record %d written to the destination while the topic is %v", id, st.State)
 	}
 	w.mu.Lock()

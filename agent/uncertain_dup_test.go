@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/baton-kafka/baton/internal/wait"
+	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/test/embedded"
 )
 
@@ -24,7 +25,7 @@ import (
 func TestRetryOfUncertainWriteAfterCompleteIsNotDuplicated(t *testing.T) {
 	t.Parallel()
 	const topic = "uncertain"
-	routes := NewRouteTable([]Route{{Topic: topic, State: Proxy}})
+	routes := NewRouteTable([]Route{{Topic: topic, State: migration.Proxy}})
 	a, src, dst := startInternalAgent(t, 1, Routes(routes), ForwardDeadline(300*time.Millisecond))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -86,7 +87,7 @@ func TestRetryOfUncertainWriteAfterCompleteIsNotDuplicated(t *testing.T) {
 	})
 	// The cutover (the replicator's copy of offsets 0 and 1 is left out:
 	// the destination stays empty, so any write of the agent shows).
-	routes.Replace([]Route{{Topic: topic, State: Complete}})
+	routes.Replace([]Route{{Topic: topic, State: migration.Complete}})
 
 	if code, off := produce(1); code != 0 || off != 1 {
 		t.Fatalf("retry of seq 1 after COMPLETE: %v at offset %d, want success at its source offset 1", kerr.ErrorForCode(code), off)

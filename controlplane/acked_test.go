@@ -8,6 +8,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/baton-kafka/baton/migration"
 )
 
 // TestCutoverWaitsForRecordsAckedAboveTheHighWatermark: a leader answers
@@ -46,7 +48,7 @@ func TestCutoverWaitsForRecordsAckedAboveTheHighWatermark(t *testing.T) {
 		}
 		return false
 	})
-	if top, _ := p.cp.Topic(topic); top.State != Migrating {
+	if top, _ := p.cp.Topic(topic); top.State != migration.Migrating {
 		t.Fatalf("%s is %s while the destination lacks records an agent acked; want MIGRATING", topic, top.State)
 	}
 
@@ -61,7 +63,7 @@ func TestCutoverWaitsForRecordsAckedAboveTheHighWatermark(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitState(t, ctx, p, topic, Complete)
+	waitState(t, ctx, p, topic, migration.Complete)
 	dcl, err := kgo.NewClient(kgo.SeedBrokers(k.dst.Addrs()...))
 	if err != nil {
 		t.Fatal(err)

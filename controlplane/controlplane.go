@@ -15,17 +15,15 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/xds"
 )
 
 // Defaults of the options below (docs/design.md §5, §6).
 const (
-	DefaultLease           = 5 * time.Second
-	DefaultForwardDeadline = 2 * time.Second
-	DefaultCutoverTimeout  = 10 * time.Second
-	DefaultHoldMax         = 5 * time.Second
-	DefaultPollInterval    = 25 * time.Millisecond
-	DefaultGuardResync     = 10 * time.Second
+	DefaultCutoverTimeout = 10 * time.Second
+	DefaultPollInterval   = 25 * time.Millisecond
+	DefaultGuardResync    = 10 * time.Second
 	// ActorControlPlane is the actor of events the control plane decides.
 	ActorControlPlane = "controlplane"
 )
@@ -139,7 +137,7 @@ type run struct {
 // process left in flight, restarts replication of managed topics and
 // publishes the routes.
 func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
-	cfg := config{guard: NoGuard{}, lease: DefaultLease, forward: DefaultForwardDeadline,
+	cfg := config{guard: NoGuard{}, lease: migration.DefaultLease, forward: migration.DefaultForwardDeadline,
 		timeout: DefaultCutoverTimeout, poll: DefaultPollInterval, guardResync: DefaultGuardResync, log: slog.Default(), now: time.Now}
 	for _, o := range opts {
 		o.apply(&cfg)
@@ -185,7 +183,7 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 	var inFlight []Topic
 	for _, t := range topics {
 		cp.topics[t.Name] = &t
-		if t.State == Migrating {
+		if t.State == migration.Migrating {
 			inFlight = append(inFlight, t)
 		}
 	}
@@ -213,7 +211,7 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 		}
 	}
 	for _, t := range cp.Topics() {
-		if t.State == Reject || t.State == Proxy {
+		if t.State == migration.Reject || t.State == migration.Proxy {
 			// In the background: a destination that is down must not keep
 			// the control plane (and every agent's lease) from starting.
 			cp.restoreGuard(t.Name, false)
@@ -296,9 +294,9 @@ func copyAgent(a *Agent) Agent {
 func (cp *ControlPlane) route(t *Topic) *batonv1.TopicRoute {
 	r := &batonv1.TopicRoute{Topic: t.Name, State: t.State.Proto(), Version: t.Version,
 		SourceCluster: t.Source, DestinationCluster: t.Destination,
-		HoldMax: durationpb.New(cmp(t.HoldMax, DefaultHoldMax)), ForwardDeadline: durationpb.New(cmp(t.ForwardDeadline, cp.cfg.forward))}
-	if t.Mode == "retriable" {
-		r.Mode = batonv1.HoldMode_HOLD_MODE_RETRIABLE
+		HoldMax: durationpb.New(cmp(t.HoldMax, migration.DefaultHoldMax)), ForwardDeadline: durationpb.New(cmp(t.ForwardDeadline, cp.cfg.forward))}
+	if mode, err := migration.ParseHoldMode(t.Mode); err == nil {
+		r.Mode = mode.Proto() // validated when the topic was added
 	}
 	if s := t.Shadow; s != (Shadow{}) {
 		r.Shadow = &batonv1.ShadowFeatures{LatencyEmulation: s.LatencyEmulation, AuthCheck: s.AuthCheck,
@@ -422,7 +420,7 @@ func (cp *ControlPlane) Status(name string) (TopicStatus, error) {
 	cp.mu.Lock()
 	st.GuardRestore = cp.guardPendingLocked(name)
 	cp.mu.Unlock()
-	if t.State != Complete {
+	if t.State != migration.Complete {
 		if st.Lag, err = cp.cfg.repl.Lag(name); err != nil {
 			st.LagError = err.Error()
 		}
@@ -462,15 +460,14 @@ func (cp *ControlPlane) AddTopic(ctx context.Context, spec TopicSpec, actor stri
 	if spec.Name == "" {
 		return Topic{}, fmt.Errorf("%w: topic name is required", ErrBadConfig)
 	}
-	if spec.State == Removed {
-		spec.State = Proxy
+	if spec.State == migration.Unmanaged {
+		spec.State = migration.Proxy
 	}
-	if spec.Mode == "" {
-		spec.Mode = "hold"
+	mode, err := migration.ParseHoldMode(spec.Mode)
+	if err != nil {
+		return Topic{}, fmt.Errorf("%w: mode: %w", ErrBadConfig, err)
 	}
-	if spec.Mode != "hold" && spec.Mode != "retriable" {
-		return Topic{}, fmt.Errorf("%w: mode %q (want hold or retriable)", ErrBadConfig, spec.Mode)
-	}
+	spec.Mode = mode.String()
 	if spec.HoldMax < 0 {
 		return Topic{}, fmt.Errorf("%w: holdMax %v is negative", ErrBadConfig, spec.HoldMax)
 	}
@@ -484,7 +481,7 @@ func (cp *ControlPlane) AddTopic(ctx context.Context, spec TopicSpec, actor stri
 	if spec.Destination == "" {
 		spec.Destination = cp.cfg.dest.GetName()
 	}
-	if err := Transition(Removed, spec.State); err != nil {
+	if err := Transition(migration.Unmanaged, spec.State); err != nil {
 		return Topic{}, err
 	}
 	if err := cp.cfg.guard.Protect(ctx, spec.Name); err != nil {
@@ -496,7 +493,7 @@ func (cp *ControlPlane) AddTopic(ctx context.Context, spec TopicSpec, actor stri
 		return Topic{}, fmt.Errorf("%w: %s", ErrTopicExists, spec.Name)
 	}
 	t := Topic{TopicSpec: spec}
-	err := cp.commitLocked(ctx, t, false)
+	err = cp.commitLocked(ctx, t, false)
 	t = *cp.topics[spec.Name]
 	cp.mu.Unlock()
 	if err != nil {
@@ -510,8 +507,8 @@ func (cp *ControlPlane) AddTopic(ctx context.Context, spec TopicSpec, actor stri
 }
 
 // SetState moves a topic between REJECT and PROXY, or removes it
-// (to Removed). MIGRATING and COMPLETE are the cutover's: see Migrate.
-func (cp *ControlPlane) SetState(ctx context.Context, name string, to State, actor string) (Topic, error) {
+// (to migration.Unmanaged). MIGRATING and COMPLETE are the cutover's: see Migrate.
+func (cp *ControlPlane) SetState(ctx context.Context, name string, to migration.State, actor string) (Topic, error) {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	t, ok := cp.topics[name]
@@ -522,20 +519,20 @@ func (cp *ControlPlane) SetState(ctx context.Context, name string, to State, act
 	if err := Transition(from, to); err != nil {
 		return Topic{}, err
 	}
-	if to == Migrating || to == Complete {
+	if to == migration.Migrating || to == migration.Complete {
 		return Topic{}, fmt.Errorf("%w: %s -> %s: rule %q: use migrate", ErrIllegalTransition, from, to, RuleCompleteByCutover.Name)
 	}
 	nt := *t
 	nt.State = to
-	if err := cp.commitLocked(ctx, nt, to == Removed); err != nil {
+	if err := cp.commitLocked(ctx, nt, to == migration.Unmanaged); err != nil {
 		return Topic{}, err
 	}
 	kind := EventTransition
-	if to == Removed {
+	if to == migration.Unmanaged {
 		kind = EventRemoved
 	}
 	cp.event(ctx, Event{Topic: name, Kind: kind, From: from.String(), To: to.String(), Actor: actor, Version: cp.version})
-	if to == Removed {
+	if to == migration.Unmanaged {
 		return nt, nil
 	}
 	return *cp.topics[name], nil

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/baton-kafka/baton/migration"
 )
 
 // errTimedOut: a cutover wait passed the deadline.
@@ -24,10 +26,10 @@ func (cp *ControlPlane) Migrate(ctx context.Context, name, actor string) (Topic,
 	if !ok {
 		return Topic{}, fmt.Errorf("%w: %s", ErrUnknownTopic, name)
 	}
-	if _, running := cp.runs[name]; running || t.State == Migrating {
+	if _, running := cp.runs[name]; running || t.State == migration.Migrating {
 		return Topic{}, fmt.Errorf("%w: %s (attempt %d)", ErrCutoverRunning, name, t.Attempts)
 	}
-	if err := Transition(t.State, Migrating); err != nil {
+	if err := Transition(t.State, migration.Migrating); err != nil {
 		return Topic{}, err
 	}
 	if cp.ctx.Err() != nil {
@@ -55,14 +57,14 @@ func (cp *ControlPlane) Migrate(ctx context.Context, name, actor string) (Topic,
 	}
 	now := cp.now()
 	nt := *t
-	nt.State, nt.Attempts = Migrating, attempt
+	nt.State, nt.Attempts = migration.Migrating, attempt
 	nt.Cutover = &Cutover{Attempt: attempt, Version: cp.version + 1, StartedAt: now, Deadline: now.Add(cp.cfg.timeout),
 		Actor: actor, Step: "wait-agents"}
 	if err := cp.commitLocked(ctx, nt, false); err != nil {
 		return Topic{}, err
 	}
 	co := *nt.Cutover
-	cp.event(ctx, Event{Topic: name, Kind: EventInitiated, From: Proxy.String(), To: Migrating.String(), Actor: actor,
+	cp.event(ctx, Event{Topic: name, Kind: EventInitiated, From: migration.Proxy.String(), To: migration.Migrating.String(), Actor: actor,
 		Attempt: attempt, Version: co.Version, StartedAt: co.StartedAt,
 		Reason: fmt.Sprintf("time lag %v <= %v; MIGRATING pushed at version %d", lag.Round(time.Millisecond), limit, co.Version)})
 	rctx, cancel := context.WithCancel(cp.ctx)
@@ -88,11 +90,11 @@ func (cp *ControlPlane) Abort(ctx context.Context, name, actor, reason string) (
 		return Topic{}, fmt.Errorf("%w: %s", ErrUnknownTopic, name)
 	}
 	r := cp.runs[name]
-	if t.State != Migrating || r == nil {
+	if t.State != migration.Migrating || r == nil {
 		from := t.State
 		cp.mu.Unlock()
-		if from == Complete {
-			return Topic{}, Transition(Complete, Proxy)
+		if from == migration.Complete {
+			return Topic{}, Transition(migration.Complete, migration.Proxy)
 		}
 		return Topic{}, fmt.Errorf("%w: abort: %s is %s: rule %q: only a running cutover can be aborted",
 			ErrIllegalTransition, name, from, "abort-migrating-only")
@@ -109,7 +111,7 @@ func (cp *ControlPlane) Abort(ctx context.Context, name, actor, reason string) (
 	if err != nil {
 		return Topic{}, err
 	}
-	if nt.State == Complete {
+	if nt.State == migration.Complete {
 		return nt, fmt.Errorf("%w: the cutover of %s completed before the abort: rule %q: %s",
 			ErrIllegalTransition, name, RuleCompleteOneWay.Name, RuleCompleteOneWay.Why)
 	}
@@ -305,14 +307,14 @@ func (cp *ControlPlane) cutoverSteps(ctx context.Context, name string, co Cutove
 		return fmt.Errorf("%w: before storing COMPLETE", errTimedOut)
 	}
 	t := *cp.topics[name]
-	t.State, t.Cutover = Complete, nil
+	t.State, t.Cutover = migration.Complete, nil
 	// Bounded by the deadline too. A write etcd applies after the client
 	// gave up is never published, and the rollback's PROXY overwrites it.
 	if err := cp.commitLocked(dctx, t, false); err != nil {
 		return step("storing COMPLETE", err)
 	}
 	delete(cp.runs, name)
-	cp.event(ctx, Event{Topic: name, Kind: EventCompleted, From: Migrating.String(), To: Complete.String(),
+	cp.event(ctx, Event{Topic: name, Kind: EventCompleted, From: migration.Migrating.String(), To: migration.Complete.String(),
 		Actor: ActorControlPlane, Attempt: co.Attempt, Version: cp.version, StartedAt: co.StartedAt,
 		Reason: fmt.Sprintf("cutover took %v", cp.now().Sub(co.StartedAt).Round(time.Millisecond))})
 	return nil
@@ -333,12 +335,12 @@ func (cp *ControlPlane) rollback(ctx context.Context, name string, co Cutover, k
 	}
 	cp.mu.Lock()
 	t, ok := cp.topics[name]
-	if !ok || t.State != Migrating {
+	if !ok || t.State != migration.Migrating {
 		cp.mu.Unlock()
 		return nil
 	}
 	nt := *t
-	nt.State, nt.Cutover = Proxy, nil
+	nt.State, nt.Cutover = migration.Proxy, nil
 	err := cp.commitLocked(ctx, nt, false)
 	v := cp.version
 	cp.mu.Unlock()
@@ -346,7 +348,7 @@ func (cp *ControlPlane) rollback(ctx context.Context, name string, co Cutover, k
 		return err
 	}
 	e := base
-	e.Kind, e.From, e.To, e.Version = EventRolledBack, Migrating.String(), Proxy.String(), v
+	e.Kind, e.From, e.To, e.Version = EventRolledBack, migration.Migrating.String(), migration.Proxy.String(), v
 	cp.event(ctx, e)
 	cp.restoreGuard(name, true)
 	if err := cp.cfg.repl.Start(name); err != nil {

@@ -19,6 +19,7 @@ import (
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/internal/wait"
+	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/replicator"
 	"github.com/baton-kafka/baton/test/embedded"
 	"github.com/baton-kafka/baton/xds"
@@ -222,7 +223,7 @@ func eventually(t *testing.T, ctx context.Context, what string, cond func() bool
 // version and for the gate to pass, and starts a cutover.
 func addAndMigrate(t *testing.T, ctx context.Context, p *plane, topic string, agents ...*standIn) {
 	t.Helper()
-	if _, err := p.cp.AddTopic(ctx, TopicSpec{Name: topic, State: Proxy}, "test"); err != nil {
+	if _, err := p.cp.AddTopic(ctx, TopicSpec{Name: topic, State: migration.Proxy}, "test"); err != nil {
 		t.Fatal(err)
 	}
 	waitLeases(t, ctx, p, agents...)
@@ -255,12 +256,12 @@ func waitLeases(t *testing.T, ctx context.Context, p *plane, agents ...*standIn)
 	})
 }
 
-func waitState(t *testing.T, ctx context.Context, p *plane, topic string, want State) Topic {
+func waitState(t *testing.T, ctx context.Context, p *plane, topic string, want migration.State) Topic {
 	t.Helper()
 	var got Topic
 	eventually(t, ctx, fmt.Sprintf("%s is %s", topic, want), func() bool {
 		got, _ = p.cp.Topic(topic)
-		if got.Cutover == nil && got.State != want && want == Complete && got.Attempts > 0 {
+		if got.Cutover == nil && got.State != want && want == migration.Complete && got.Attempts > 0 {
 			// Settled the other way: say why at once rather than wait.
 			t.Fatalf("the cutover of %s ended in %s, not %s; events: %v", topic, got.State, want, eventLines(t, ctx, p, topic))
 		}
@@ -347,7 +348,7 @@ func TestCutover(t *testing.T) {
 		a, b := startAgent(t, ctx, p.addr, "a"), startAgent(t, ctx, p.addr, "b")
 		k.produce(t, ctx, "drain", 50)
 		addAndMigrate(t, ctx, p, "drain", a, b)
-		top := waitState(t, ctx, p, "drain", Complete)
+		top := waitState(t, ctx, p, "drain", migration.Complete)
 		eventually(t, ctx, "agents applied COMPLETE", func() bool {
 			return a.state("drain") == batonv1.State_STATE_COMPLETE && b.state("drain") == batonv1.State_STATE_COMPLETE
 		})
@@ -357,7 +358,7 @@ func TestCutover(t *testing.T) {
 		wantEvents(t, ctx, p, "drain", EventAdded, EventInitiated, EventWaitingOnAgent, EventAgentDrained,
 			EventDrained, EventEndOffsets, EventLagZero, EventReplStopped, EventGuardLifted, EventCompleted)
 		// COMPLETE is one-way; a second migrate or an abort is refused.
-		if _, err := p.cp.SetState(ctx, "drain", Proxy, "test"); !errors.Is(err, ErrIllegalTransition) {
+		if _, err := p.cp.SetState(ctx, "drain", migration.Proxy, "test"); !errors.Is(err, ErrIllegalTransition) {
 			t.Errorf("COMPLETE -> PROXY: %v", err)
 		}
 		if _, err := p.cp.Abort(ctx, "drain", "test", ""); !errors.Is(err, ErrIllegalTransition) {
@@ -383,7 +384,7 @@ func TestCutover(t *testing.T) {
 		eventually(t, ctx, "the gate can measure the lag", func() bool { _, err := k.repl.Lag("silent"); return err == nil })
 		silent.cancel() // stops heartbeating and xDS
 		migrateWhenGateOpens(t, ctx, p, "silent")
-		waitState(t, ctx, p, "silent", Complete)
+		waitState(t, ctx, p, "silent", migration.Complete)
 		evs, _ := p.cp.Events(ctx, "silent", 0)
 		var granted, expired, completed time.Time
 		for _, av := range p.cp.Agents() {
@@ -428,7 +429,7 @@ func TestCutover(t *testing.T) {
 			t.Fatal(err)
 		}
 		eventually(t, ctx, "agent saw MIGRATING", func() bool { return a.state("stuck") == batonv1.State_STATE_MIGRATING })
-		waitState(t, ctx, p, "stuck", Proxy)
+		waitState(t, ctx, p, "stuck", migration.Proxy)
 		eventually(t, ctx, "agent told to forward again", func() bool { return a.state("stuck") == batonv1.State_STATE_PROXY })
 		wantEvents(t, ctx, p, "stuck", EventInitiated, EventDrained, EventEndOffsets, EventTimedOut, EventRolledBack)
 		// Rollback restarted (resumed) replication: it catches up again.
@@ -460,7 +461,7 @@ func TestCutover(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.State != Proxy {
+		if got.State != migration.Proxy {
 			t.Errorf("after abort: %v", got.State)
 		}
 		wantEvents(t, ctx, p, "abort", EventInitiated, EventWaitingOnAgent, EventAborted, EventRolledBack)
@@ -485,7 +486,7 @@ func TestCutover(t *testing.T) {
 
 		p = startPlane(t, ctx, dir, addr, k)
 		top, err := p.cp.Topic("restart")
-		if err != nil || top.State != Proxy || top.Mode != "retriable" || p.cp.Version() != v {
+		if err != nil || top.State != migration.Proxy || top.Mode != "retriable" || p.cp.Version() != v {
 			t.Fatalf("after restart in PROXY: %+v, version %d (want %d), %v", top, p.cp.Version(), v, err)
 		}
 		a := startAgent(t, ctx, addr, "a")
@@ -500,7 +501,7 @@ func TestCutover(t *testing.T) {
 
 		p = startPlane(t, ctx, dir, addr, k)
 		top, _ = p.cp.Topic("restart")
-		if top.State != Proxy || top.Cutover != nil {
+		if top.State != migration.Proxy || top.Cutover != nil {
 			t.Fatalf("after restart mid-cutover: %+v", top)
 		}
 		eventually(t, ctx, "agent told to forward again", func() bool { return a.state("restart") == batonv1.State_STATE_PROXY })
@@ -508,7 +509,7 @@ func TestCutover(t *testing.T) {
 		// And a later attempt completes once the holder drains.
 		holder.cancel()
 		migrateWhenGateOpens(t, ctx, p, "restart")
-		top = waitState(t, ctx, p, "restart", Complete)
+		top = waitState(t, ctx, p, "restart", migration.Complete)
 		if top.Attempts != 2 {
 			t.Errorf("attempts %d, want 2", top.Attempts)
 		}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/baton-kafka/baton/internal/wait"
+	"github.com/baton-kafka/baton/migration"
 )
 
 // etcdProcess is an embedded etcd in a child process.
@@ -142,11 +143,11 @@ func TestCutoverEtcdStallTimesOut(t *testing.T) {
 	}
 	eventually(t, ctx, "the cutover settles", func() bool {
 		got, _ := p.cp.Topic("stall")
-		return got.Cutover == nil && got.State != Migrating
+		return got.Cutover == nil && got.State != migration.Migrating
 	})
 	got, _ := p.cp.Topic("stall")
 	evs := kinds(t, ctx, p, "stall")
-	if got.State != Proxy || slices.Contains(evs, EventCompleted) {
+	if got.State != migration.Proxy || slices.Contains(evs, EventCompleted) {
 		t.Fatalf("after etcd stalled past the deadline: %s; events %s", got.State, strings.Join(eventLines(t, ctx, p, "stall"), "\n"))
 	}
 	wantEvents(t, ctx, p, "stall", EventGuardLifted, EventTimedOut, EventRolledBack, EventGuardRestored)

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/baton-kafka/baton/internal/wait"
+	"github.com/baton-kafka/baton/migration"
 )
 
 // A write straight to D.T while T is in PROXY (no guard: a plaintext
@@ -88,7 +89,7 @@ func TestDivergedDestinationRefusesCutover(t *testing.T) {
 	if _, err := p.cp.Migrate(ctx, "div", "test"); !errors.Is(err, ErrGateRefused) {
 		t.Errorf("Migrate: %v, want ErrGateRefused", err)
 	}
-	if top, _ := p.cp.Topic("div"); top.State != Proxy {
+	if top, _ := p.cp.Topic("div"); top.State != migration.Proxy {
 		t.Errorf("state %s after a refused migrate", top.State)
 	}
 	wantEvents(t, ctx, p, "div", EventGateRefused)

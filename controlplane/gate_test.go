@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/baton-kafka/baton/migration"
 )
 
 // TestGateRefusesAPartitionNotCopyingYet: a partition the replicator has
@@ -42,7 +44,7 @@ func TestGateRefusesAPartitionNotCopyingYet(t *testing.T) {
 	})
 
 	p := startPlane(t, ctx, t.TempDir(), "", k)
-	if _, err := p.cp.AddTopic(ctx, TopicSpec{Name: topic, State: Proxy}, "test"); err != nil {
+	if _, err := p.cp.AddTopic(ctx, TopicSpec{Name: topic, State: migration.Proxy}, "test"); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, ctx, "the replicator set the topic up", func() bool {
@@ -61,5 +63,5 @@ func TestGateRefusesAPartitionNotCopyingYet(t *testing.T) {
 	hold.Store(false)
 	close(release)
 	migrateWhenGateOpens(t, ctx, p, topic)
-	waitState(t, ctx, p, topic, Complete)
+	waitState(t, ctx, p, topic, migration.Complete)
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/baton-kafka/baton/migration"
 )
 
 // maxGuardBackoff bounds the wait between two rounds of guard restores
@@ -94,7 +96,7 @@ func (cp *ControlPlane) guardLoop() {
 		case <-wait:
 		case <-resync.C:
 			for _, t := range cp.Topics() {
-				if t.State == Reject || t.State == Proxy {
+				if t.State == migration.Reject || t.State == migration.Proxy {
 					cp.restoreGuard(t.Name, false)
 				}
 			}
@@ -107,7 +109,7 @@ func (cp *ControlPlane) restoreOne(topic string) bool {
 	cp.guardMu.Lock()
 	cp.mu.Lock()
 	t, managed := cp.topics[topic]
-	protect := managed && (t.State == Reject || t.State == Proxy)
+	protect := managed && (t.State == migration.Reject || t.State == migration.Proxy)
 	cp.mu.Unlock()
 	var err error
 	if protect {
@@ -126,7 +128,7 @@ func (cp *ControlPlane) restoreOne(topic string) bool {
 		cp.mu.Unlock()
 		return true
 	}
-	if !managed || (t.State != Reject && t.State != Proxy) {
+	if !managed || (t.State != migration.Reject && t.State != migration.Proxy) {
 		delete(cp.guards, topic)
 		cp.mu.Unlock()
 		return true

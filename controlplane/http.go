@@ -12,6 +12,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/baton-kafka/baton/migration"
 )
 
 // Handler serves the HTTP API the `baton` CLI speaks:
@@ -47,7 +49,7 @@ func (cp *ControlPlane) Handler() http.Handler {
 		reply(w, st, err)
 	})
 	mux.HandleFunc("DELETE /v1/topics/{name}", func(w http.ResponseWriter, r *http.Request) {
-		t, err := cp.SetState(r.Context(), r.PathValue("name"), Removed, actorOr(r.URL.Query().Get("actor")))
+		t, err := cp.SetState(r.Context(), r.PathValue("name"), migration.Unmanaged, actorOr(r.URL.Query().Get("actor")))
 		reply(w, t, err)
 	})
 	mux.HandleFunc("POST /v1/topics/{name}/{op}", func(w http.ResponseWriter, r *http.Request) {
@@ -68,9 +70,11 @@ func (cp *ControlPlane) Handler() http.Handler {
 		case "abort":
 			t, err = cp.Abort(r.Context(), name, actor, req.Reason)
 		case "state":
-			var s State
-			if s, err = ParseState(req.State); err == nil {
+			var s migration.State
+			if s, err = migration.ParseState(req.State); err == nil {
 				t, err = cp.SetState(r.Context(), name, s, actor)
+			} else {
+				err = fmt.Errorf("%w: state: %w", ErrBadConfig, err)
 			}
 		default:
 			http.NotFound(w, r)

@@ -15,6 +15,7 @@ import (
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/internal/wait"
+	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/test/embedded"
 )
 
@@ -67,7 +68,7 @@ func TestRollbackWithDestinationDown(t *testing.T) {
 	actx, acancel := context.WithTimeout(ctx, 30*time.Second)
 	got, err := p.cp.Abort(actx, "rb-abort", "operator", "destination down")
 	acancel()
-	if err != nil || got.State != Proxy {
+	if err != nil || got.State != migration.Proxy {
 		t.Fatalf("abort with the destination down: %v, %v; events %v", got.State, err, eventLines(t, ctx, p, "rb-abort"))
 	}
 	eventually(t, ctx, "agent forwards rb-abort again", func() bool { return a.state("rb-abort") == batonv1.State_STATE_PROXY })
@@ -89,7 +90,7 @@ func TestRollbackWithDestinationDown(t *testing.T) {
 	p.stop() // rb-restart is MIGRATING in etcd
 	p = startPlane(t, ctx, dir, addr, k, WithGuard(guard))
 	top, err := p.cp.Topic("rb-restart")
-	if err != nil || top.State != Proxy || top.Cutover != nil {
+	if err != nil || top.State != migration.Proxy || top.Cutover != nil {
 		t.Fatalf("after a restart with the destination down: %+v, %v", top, err)
 	}
 	eventually(t, ctx, "agent forwards rb-restart again", func() bool { return a.state("rb-restart") == batonv1.State_STATE_PROXY })

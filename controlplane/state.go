@@ -31,9 +31,8 @@ package controlplane
 import (
 	"errors"
 	"fmt"
-	"strings"
 
-	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/migration"
 )
 
 // Errors. Wrapped errors name the rule or the topic.
@@ -68,62 +67,6 @@ var (
 	ErrNotReady = errors.New("controlplane: replication of the topic is not ready")
 )
 
-// State is a topic's migration state. The zero value is "not managed".
-type State int
-
-// The states of docs/design.md §3. Removed is the target of a removal.
-const (
-	Removed State = iota
-	Reject
-	Proxy
-	Migrating
-	Complete
-)
-
-var stateNames = [...]string{Removed: "REMOVED", Reject: "REJECT", Proxy: "PROXY", Migrating: "MIGRATING", Complete: "COMPLETE"}
-
-func (s State) String() string {
-	if s >= 0 && int(s) < len(stateNames) {
-		return stateNames[s]
-	}
-	return fmt.Sprintf("State(%d)", int(s))
-}
-
-// ParseState reads a state name, case-insensitively.
-func ParseState(s string) (State, error) {
-	for i, n := range stateNames {
-		if strings.EqualFold(s, n) {
-			return State(i), nil
-		}
-	}
-	return 0, fmt.Errorf("%w: unknown state %q (want REJECT, PROXY, MIGRATING or COMPLETE)", ErrBadConfig, s)
-}
-
-// MarshalText writes the state's name.
-func (s State) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
-
-// UnmarshalText reads a state's name.
-func (s *State) UnmarshalText(b []byte) error {
-	v, err := ParseState(string(b))
-	*s = v
-	return err
-}
-
-// Proto is the state on the wire.
-func (s State) Proto() batonv1.State {
-	switch s {
-	case Reject:
-		return batonv1.State_STATE_REJECT
-	case Proxy:
-		return batonv1.State_STATE_PROXY
-	case Migrating:
-		return batonv1.State_STATE_MIGRATING
-	case Complete:
-		return batonv1.State_STATE_COMPLETE
-	}
-	return batonv1.State_STATE_UNSPECIFIED
-}
-
 // Rule is one named rule of the state machine.
 type Rule struct {
 	Name string
@@ -140,10 +83,10 @@ var (
 	RuleNoSelfTransition   = Rule{"no-self-transition", "the topic is already in that state"}
 )
 
-// Transition checks one state change; Removed as from means "not managed
+// Transition checks one state change; migration.Unmanaged as from means "not managed
 // yet" (an add), as to a removal. It returns nil or an error wrapping
 // ErrIllegalTransition that names the rule.
-func Transition(from, to State) error {
+func Transition(from, to migration.State) error {
 	refuse := func(r Rule) error {
 		return fmt.Errorf("%w: %s -> %s: rule %q: %s", ErrIllegalTransition, from, to, r.Name, r.Why)
 	}
@@ -151,36 +94,36 @@ func Transition(from, to State) error {
 		return refuse(RuleNoSelfTransition)
 	}
 	switch from {
-	case Removed:
-		if to == Reject || to == Proxy {
+	case migration.Unmanaged:
+		if to == migration.Reject || to == migration.Proxy {
 			return nil
 		}
 		return refuse(RuleAddAsRejectOrProxy)
-	case Reject:
+	case migration.Reject:
 		switch to {
-		case Proxy, Removed:
+		case migration.Proxy, migration.Unmanaged:
 			return nil
-		case Migrating:
+		case migration.Migrating:
 			return refuse(RuleMigrateFromProxy)
-		case Complete:
+		case migration.Complete:
 			return refuse(RuleCompleteByCutover)
 		}
-	case Proxy:
+	case migration.Proxy:
 		switch to {
-		case Reject, Migrating, Removed:
+		case migration.Reject, migration.Migrating, migration.Unmanaged:
 			return nil
-		case Complete:
+		case migration.Complete:
 			return refuse(RuleCompleteByCutover)
 		}
-	case Migrating:
+	case migration.Migrating:
 		switch to {
-		case Complete, Proxy:
+		case migration.Complete, migration.Proxy:
 			return nil
 		default:
 			return refuse(RuleMigratingExits)
 		}
-	case Complete:
-		if to == Removed {
+	case migration.Complete:
+		if to == migration.Unmanaged {
 			return nil
 		}
 		return refuse(RuleCompleteOneWay)

@@ -4,38 +4,40 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/baton-kafka/baton/migration"
 )
 
 func TestTransitions(t *testing.T) {
 	t.Parallel()
 	// Every pair of states: legal ones pass, illegal ones name their rule.
-	legal := map[[2]State]bool{
-		{Removed, Reject}: true, {Removed, Proxy}: true,
-		{Reject, Proxy}: true, {Reject, Removed}: true,
-		{Proxy, Reject}: true, {Proxy, Migrating}: true, {Proxy, Removed}: true,
-		{Migrating, Complete}: true, {Migrating, Proxy}: true,
-		{Complete, Removed}: true,
+	legal := map[[2]migration.State]bool{
+		{migration.Unmanaged, migration.Reject}: true, {migration.Unmanaged, migration.Proxy}: true,
+		{migration.Reject, migration.Proxy}: true, {migration.Reject, migration.Unmanaged}: true,
+		{migration.Proxy, migration.Reject}: true, {migration.Proxy, migration.Migrating}: true, {migration.Proxy, migration.Unmanaged}: true,
+		{migration.Migrating, migration.Complete}: true, {migration.Migrating, migration.Proxy}: true,
+		{migration.Complete, migration.Unmanaged}: true,
 	}
-	rules := map[[2]State]Rule{
-		{Complete, Proxy}:     RuleCompleteOneWay,
-		{Complete, Reject}:    RuleCompleteOneWay,
-		{Complete, Migrating}: RuleCompleteOneWay,
-		{Reject, Migrating}:   RuleMigrateFromProxy,
-		{Reject, Complete}:    RuleCompleteByCutover,
-		{Proxy, Complete}:     RuleCompleteByCutover,
-		{Migrating, Reject}:   RuleMigratingExits,
-		{Migrating, Removed}:  RuleMigratingExits,
-		{Removed, Migrating}:  RuleAddAsRejectOrProxy,
-		{Removed, Complete}:   RuleAddAsRejectOrProxy,
+	rules := map[[2]migration.State]Rule{
+		{migration.Complete, migration.Proxy}:      RuleCompleteOneWay,
+		{migration.Complete, migration.Reject}:     RuleCompleteOneWay,
+		{migration.Complete, migration.Migrating}:  RuleCompleteOneWay,
+		{migration.Reject, migration.Migrating}:    RuleMigrateFromProxy,
+		{migration.Reject, migration.Complete}:     RuleCompleteByCutover,
+		{migration.Proxy, migration.Complete}:      RuleCompleteByCutover,
+		{migration.Migrating, migration.Reject}:    RuleMigratingExits,
+		{migration.Migrating, migration.Unmanaged}: RuleMigratingExits,
+		{migration.Unmanaged, migration.Migrating}: RuleAddAsRejectOrProxy,
+		{migration.Unmanaged, migration.Complete}:  RuleAddAsRejectOrProxy,
 	}
-	all := []State{Removed, Reject, Proxy, Migrating, Complete}
+	all := []migration.State{migration.Unmanaged, migration.Reject, migration.Proxy, migration.Migrating, migration.Complete}
 	for _, from := range all {
 		for _, to := range all {
 			name := from.String() + "->" + to.String()
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
 				err := Transition(from, to)
-				if legal[[2]State{from, to}] {
+				if legal[[2]migration.State{from, to}] {
 					if err != nil {
 						t.Fatalf("legal transition refused: %v", err)
 					}
@@ -47,7 +49,7 @@ func TestTransitions(t *testing.T) {
 				want := RuleNoSelfTransition
 				if from != to {
 					var ok bool
-					if want, ok = rules[[2]State{from, to}]; !ok {
+					if want, ok = rules[[2]migration.State{from, to}]; !ok {
 						t.Fatalf("no rule expected for %s; got %v", name, err)
 					}
 				}
@@ -63,10 +65,10 @@ func TestParseState(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		in   string
-		want State
+		want migration.State
 		ok   bool
-	}{{"proxy", Proxy, true}, {"COMPLETE", Complete, true}, {"Reject", Reject, true}, {"done", 0, false}} {
-		got, err := ParseState(tc.in)
+	}{{"proxy", migration.Proxy, true}, {"COMPLETE", migration.Complete, true}, {"Reject", migration.Reject, true}, {"done", 0, false}} {
+		got, err := migration.ParseState(tc.in)
 		if (err == nil) != tc.ok || (tc.ok && got != tc.want) {
 			t.Errorf("ParseState(%q) = %v, %v", tc.in, got, err)
 		}

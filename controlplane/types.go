@@ -3,6 +3,7 @@ package controlplane
 import (
 	"time"
 
+	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/xds"
 )
 
@@ -19,7 +20,7 @@ type Shadow struct {
 type TopicSpec struct {
 	Name string `json:"name"`
 	// State is REJECT or PROXY (default PROXY).
-	State State `json:"state"`
+	State migration.State `json:"state"`
 	// Source and Destination name clusters (default: the control plane's).
 	Source      string `json:"source,omitempty"`
 	Destination string `json:"destination,omitempty"`

@@ -22,14 +22,13 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/migration"
 )
 
 // Client defaults.
 const (
 	DefaultMinBackoff = 100 * time.Millisecond
 	DefaultMaxBackoff = 5 * time.Second
-	// DefaultLease is what a LeaseKeeper assumes before its first grant.
-	DefaultLease = 5 * time.Second
 )
 
 // ClientOpt configures NewClient and NewLeaseKeeper.
@@ -583,7 +582,7 @@ func NewLeaseKeeper(conn grpc.ClientConnInterface, node *core.Node,
 	if node.GetId() == "" || report == nil {
 		return nil, fmt.Errorf("%w: node id and report are required", ErrBadConfig)
 	}
-	k := &LeaseKeeper{cfg: cfg, client: batonv1.NewLeaseClient(conn), node: node, report: report, lease: DefaultLease,
+	k := &LeaseKeeper{cfg: cfg, client: batonv1.NewLeaseClient(conn), node: node, report: report, lease: migration.DefaultLease, // until the first grant says otherwise
 		renewed: make(chan struct{})}
 	if t, ok := conn.(interface{ Target() string }); ok {
 		k.target = t.Target()

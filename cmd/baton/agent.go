@@ -17,6 +17,7 @@ import (
 	"github.com/baton-kafka/baton/agent"
 	"github.com/baton-kafka/baton/filter"
 	"github.com/baton-kafka/baton/filter/metrics"
+	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/xds"
 )
 
@@ -104,7 +105,7 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 	f.Int64Var(&buffered, "buffered-bytes", agent.DefaultBuffered, "request bytes all connections together may have read and not yet answered; reading pauses at the bound")
 	f.DurationVar(&frameTimeout, "frame-timeout", agent.DefaultFrameTimeout, "a request frame not finished this long after its first byte closes its connection")
 	f.DurationVar(&idleTimeout, "idle-timeout", agent.DefaultIdleTimeout, "a connection that sends no request this long is closed")
-	f.DurationVar(&forwardDeadline, "forward-deadline", agent.DefaultForwardDeadline, "with --routes: a produce unanswered upstream this long is answered with a retriable error (with --control-plane, the control plane's F is used)")
+	f.DurationVar(&forwardDeadline, "forward-deadline", migration.DefaultForwardDeadline, "with --routes: a produce unanswered upstream this long is answered with a retriable error (with --control-plane, the control plane's F is used)")
 	f.IntVar(&upstreamConns, "upstream-conns", agent.DefaultUpstreamConns, "connections per upstream broker")
 	f.IntVar(&producerIDs, "producer-ids", agent.DefaultProducerIDs, "idempotent producer sessions mapped to destination producer ids at once")
 	f.DurationVar(&producerIDIdle, "producer-id-idle", agent.DefaultProducerIDIdle, "how long a producer id mapping outlives its producer's last batch to the destination")

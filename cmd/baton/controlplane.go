@@ -16,6 +16,7 @@ import (
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/replicator"
 )
 
@@ -138,8 +139,8 @@ alter ACLs.`,
 	f.StringVar(&httpAddr, "http", "127.0.0.1:18080", "address of the HTTP API")
 	f.StringVar(&dataDir, "data-dir", "baton-etcd", "embedded etcd data directory")
 	f.StringVar(&endpoints, "etcd-endpoints", "", "external etcd endpoints, comma-separated (instead of the embedded one)")
-	f.DurationVar(&lease, "lease", controlplane.DefaultLease, "agents' lease")
-	f.DurationVar(&forward, "forward-deadline", controlplane.DefaultForwardDeadline, "forward deadline F (below the lease)")
+	f.DurationVar(&lease, "lease", migration.DefaultLease, "agents' lease")
+	f.DurationVar(&forward, "forward-deadline", migration.DefaultForwardDeadline, "forward deadline F (below the lease)")
 	f.DurationVar(&timeout, "cutover-timeout", controlplane.DefaultCutoverTimeout, "bound of every cutover wait; gate: lag <= timeout/4")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&writeGuard, "write-guard", "auto", "destination write guard: auto (ACLs if the destination has an authorizer), acl or none")

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/xds"
 )
 
@@ -56,7 +57,7 @@ func newTopicCmd() *cobra.Command {
 			if err := checkOutput(output); err != nil {
 				return err
 			}
-			st, err := controlplane.ParseState(state)
+			st, err := migration.ParseState(state)
 			if err != nil {
 				return fmt.Errorf("--state: %w", err)
 			}
@@ -70,7 +71,7 @@ func newTopicCmd() *cobra.Command {
 	}
 	add.Flags().StringVar(&state, "state", "PROXY", "REJECT or PROXY")
 	add.Flags().StringVar(&mode, "mode", "hold", "MIGRATING mode: hold or retriable")
-	add.Flags().DurationVar(&holdMax, "hold-max", controlplane.DefaultHoldMax, "longest hold of a produce request")
+	add.Flags().DurationVar(&holdMax, "hold-max", migration.DefaultHoldMax, "longest hold of a produce request")
 	add.Flags().StringVar(&namespaces, "namespaces", "", "namespaces that get shadow features (empty: all)")
 
 	list := &cobra.Command{

@@ -27,6 +27,7 @@ import (
 	"github.com/baton-kafka/baton/agent"
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/replicator"
 	"github.com/baton-kafka/baton/test/embedded"
 	"github.com/baton-kafka/baton/xds"
@@ -142,7 +143,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	say("agent:               %s (the producer bootstraps from it, not from a cluster)", ag.Addr())
 
-	if _, err := cp.AddTopic(ctx, controlplane.TopicSpec{Name: cfg.Topic, State: controlplane.Proxy}, "demo"); err != nil {
+	if _, err := cp.AddTopic(ctx, controlplane.TopicSpec{Name: cfg.Topic, State: migration.Proxy}, "demo"); err != nil {
 		return err
 	}
 	events, err := cp.Follow(ctx, cfg.Topic, 0)
@@ -193,7 +194,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	if final != controlplane.Complete {
+	if final != migration.Complete {
 		return fmt.Errorf("demo: the cutover ended in %s, not COMPLETE (see the events above)", final)
 	}
 
@@ -259,7 +260,7 @@ func sayEvent(say func(string, ...any), e controlplane.Event) {
 
 // waitSettled prints events until the cutover ends, COMPLETE or back in
 // PROXY, and returns the state it ended in.
-func waitSettled(ctx context.Context, cp *controlplane.ControlPlane, topic string, events <-chan controlplane.Event, say func(string, ...any)) (controlplane.State, error) {
+func waitSettled(ctx context.Context, cp *controlplane.ControlPlane, topic string, events <-chan controlplane.Event, say func(string, ...any)) (migration.State, error) {
 	timeout := time.After(time.Minute)
 	for {
 		select {
@@ -271,7 +272,7 @@ func waitSettled(ctx context.Context, cp *controlplane.ControlPlane, topic strin
 			sayEvent(say, e)
 			switch e.Kind {
 			case controlplane.EventCompleted:
-				return controlplane.Complete, nil
+				return migration.Complete, nil
 			case controlplane.EventRolledBack, controlplane.EventAborted:
 				t, err := cp.Topic(topic)
 				return t.State, err

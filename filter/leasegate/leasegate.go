@@ -21,10 +21,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/baton-kafka/baton/filter"
+	"github.com/baton-kafka/baton/migration"
 )
-
-// DefaultHoldMax is how long a write waits for a lease, from its arrival.
-const DefaultHoldMax = 5 * time.Second
 
 // Sentinel errors.
 var (
@@ -57,7 +55,7 @@ type Config struct {
 	// Lease is required.
 	Lease Lease
 	// HoldMax bounds a write's wait, from its Exchange.Received;
-	// zero means DefaultHoldMax.
+	// zero means migration.DefaultHoldMax.
 	HoldMax time.Duration
 	// Gated says which requests need the lease; nil means SourceWrite.
 	Gated func(x *filter.Exchange) bool
@@ -83,7 +81,7 @@ func New(cfg Config) (*Factory, error) {
 		return nil, fmt.Errorf("%w: Lease is required", ErrBadConfig)
 	}
 	if cfg.HoldMax <= 0 {
-		cfg.HoldMax = DefaultHoldMax
+		cfg.HoldMax = migration.DefaultHoldMax
 	}
 	if cfg.Gated == nil {
 		cfg.Gated = SourceWrite

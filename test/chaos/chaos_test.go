@@ -16,6 +16,7 @@ import (
 
 	"github.com/baton-kafka/baton/controlplane"
 	"github.com/baton-kafka/baton/internal/wait"
+	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/test/chaos/history"
 	"github.com/baton-kafka/baton/test/clients"
 	"github.com/baton-kafka/baton/test/kafka"
@@ -240,7 +241,7 @@ func (s *suite) run(t *testing.T, idx int, seed uint64) history.Report {
 	w.startControlPlane()
 	w.startAgents(2)
 	for _, tp := range topics {
-		if _, err := w.api.Add(ctx, controlplane.TopicSpec{Name: tp, State: controlplane.Proxy}, "chaos"); err != nil {
+		if _, err := w.api.Add(ctx, controlplane.TopicSpec{Name: tp, State: migration.Proxy}, "chaos"); err != nil {
 			t.Fatalf("adding %s: %v", tp, err)
 		}
 	}
@@ -294,7 +295,7 @@ func (s *suite) run(t *testing.T, idx int, seed uint64) history.Report {
 		}
 		final = ts
 		for _, tp := range ts {
-			if tp.State == controlplane.Migrating {
+			if tp.State == migration.Migrating {
 				return tp.Name + " is MIGRATING"
 			}
 		}
@@ -302,7 +303,7 @@ func (s *suite) run(t *testing.T, idx int, seed uint64) history.Report {
 	})
 	completed := map[string]bool{}
 	for _, tp := range final {
-		completed[tp.Name] = tp.State == controlplane.Complete
+		completed[tp.Name] = tp.State == migration.Complete
 		w.logf("final: %s %s (version %d, %d cutover attempts)", tp.Name, tp.State, tp.Version, tp.Attempts)
 	}
 	w.printEvents(topics)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/baton-kafka/baton/agent"
 	"github.com/baton-kafka/baton/filter"
+	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/test/clients"
 	"github.com/baton-kafka/baton/test/kafka"
 )
@@ -131,7 +132,7 @@ func cutoverCase(t *testing.T, s cutoverSpec) {
 	if err := fillDestination(ctx, s.dst, topic); err != nil {
 		t.Fatalf("on the destination: %v", err)
 	}
-	routes := agent.NewRouteTable([]agent.Route{{Topic: topic, State: agent.Proxy}})
+	routes := agent.NewRouteTable([]agent.Route{{Topic: topic, State: migration.Proxy}})
 	reg := prometheus.NewRegistry()
 	rec := newCutoverRecorder(topic)
 	addr := startCutoverAgent(t, ctx, what, s.src, s.dst, routes, reg, rec)
@@ -209,7 +210,7 @@ func cutoverCase(t *testing.T, s cutoverSpec) {
 	ackedAtMigrating := -1
 	drained := false
 	if waitUntil("a tenth of the acks", 2*time.Minute, func() bool { return acked.Load() >= cutoverRecords/10 }) {
-		routes.Replace([]agent.Route{{Topic: topic, State: agent.Migrating, Mode: agent.Hold}})
+		routes.Replace([]agent.Route{{Topic: topic, State: migration.Migrating, Mode: migration.Hold}})
 		rec.mark(&rec.migratingAt)
 		ackedAtMigrating = int(acked.Load())
 		resume()
@@ -226,7 +227,7 @@ func cutoverCase(t *testing.T, s cutoverSpec) {
 	// requests are released and the producer ends.
 	resume()
 	if !finished {
-		routes.Replace([]agent.Route{{Topic: topic, State: agent.Complete}})
+		routes.Replace([]agent.Route{{Topic: topic, State: migration.Complete}})
 		rec.mark(&rec.completeAt)
 		select {
 		case produceErr = <-done:

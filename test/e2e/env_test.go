@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/baton-kafka/baton/agent"
+	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/test/clients"
 	"github.com/baton-kafka/baton/test/embedded"
 	"github.com/baton-kafka/baton/test/kafka"
@@ -54,7 +55,7 @@ type env struct {
 
 // setRoute puts topic under state in the agent's route table, keeping the
 // other topics' routes.
-func (e *env) setRoute(topic string, state agent.State) {
+func (e *env) setRoute(topic string, state migration.State) {
 	e.routesMu.Lock()
 	defer e.routesMu.Unlock()
 	e.managed = append(e.managed, agent.Route{Topic: topic, State: state})

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/baton-kafka/baton/agent"
+	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/test/clients"
 )
 
@@ -64,7 +64,7 @@ func produceCase(t *testing.T, e *env, c clients.Client, s produceSpec) {
 	}
 	topic := freshTopic(t, ctx, e, what, 6)
 	if s.proxy {
-		e.setRoute(topic, agent.Proxy)
+		e.setRoute(topic, migration.Proxy)
 	}
 	cfg := clients.ProduceConfig{
 		Bootstrap:   e.agent,
