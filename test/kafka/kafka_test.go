@@ -52,6 +52,11 @@ func testCluster(t *testing.T, n int) {
 		kgo.SeedBrokers(c.Addrs()...),
 		kgo.DefaultProduceTopic("harness"),
 		kgo.AllowAutoTopicCreation(),
+		// A topic created on first produce reaches every broker's
+		// metadata when the controller gets to it: on a loaded machine
+		// that can take more than franz-go's default of four metadata
+		// loads, so retry until ctx ends instead.
+		kgo.UnknownTopicRetries(-1),
 		kgo.ConsumeTopics("harness"),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 	)
