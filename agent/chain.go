@@ -4,6 +4,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/baton-kafka/baton/filter"
+	"github.com/baton-kafka/baton/filter/hold"
 	"github.com/baton-kafka/baton/filter/leasegate"
 	"github.com/baton-kafka/baton/migration"
 )
@@ -17,17 +18,30 @@ import (
 //     the client saw;
 //  2. leasegate, with a control plane only: holds writes to the source
 //     other than produce until the agent holds a lease, and refuses them
-//     after DefaultHoldMax the way the router answers a request the
+//     after the hold max the way the router answers a request the
 //     clusters could not (errorResponse), else by closing the connection;
-//  3. the router, the chain's Handler: it answers what the agent owns and
-//     forwards the rest. Produce's MIGRATING hold and lease wait are still
-//     the router's (routeWrite), decided per topic just before sending.
+//  3. hold, the produce hold: holds a produce while one of its topics is
+//     MIGRATING in hold mode, or bound for the source without a lease, up
+//     to the topic's hold max from arrival (holdTopics);
+//  4. the router, the chain's Handler: it answers what the agent owns and
+//     forwards the rest. For produce it looks each topic's route up as it
+//     sends, after the hold (routeWrite), and answers what still cannot
+//     be written with the retriable error.
 func (a *Agent) chain() []filter.Factory {
 	fs := append([]filter.Factory(nil), a.cfg.filters...)
 	if a.cp != nil {
 		fs = append(fs, a.leaseGate())
 	}
-	return fs
+	return append(fs, a.produceHold())
+}
+
+// produceHold is the agent's produce hold (see holdTopics).
+func (a *Agent) produceHold() filter.Factory {
+	f, err := hold.New(hold.Config{Topics: holdTopics{a}, Held: a.metrics.held})
+	if err != nil {
+		panic(err) // Topics is always set: a bug here, not a config error
+	}
+	return f
 }
 
 // leaseGate is the agent's leasegate: the keeper's lease, the advertised

@@ -1,95 +1,76 @@
 package agent
 
 import (
-	"context"
 	"time"
 
+	"github.com/baton-kafka/baton/filter/hold"
 	"github.com/baton-kafka/baton/migration"
 )
 
-// leaseWaitPoll is how often a produce waiting for a lease looks again.
-const leaseWaitPoll = 10 * time.Millisecond
-
-// routeWrite decides where a produce for topic goes, just before it is
-// sent: the source, the destination, or nowhere (nil: answer with the
-// retriable error). It waits while the topic is held (MIGRATING in hold
-// mode) and while a source-bound write has no lease, up to the route's
-// HoldMax counted from arrived. The route is looked up again after every
-// wait, so a request never goes where a route seen before the wait said:
-// a request that waited for a lease while the topic moved to COMPLETE
-// goes to the destination.
+// routeWrite decides where a produce for topic goes, as it is sent: the
+// source, the destination, or nowhere (nil: answer with the retriable
+// error). It never waits: the produce hold (filter/hold, see chain.go)
+// held the request while the topic was MIGRATING in hold mode or bound for
+// the source without a lease, and this lookup comes after that wait, so a
+// request never goes where a route seen before the wait said: one that
+// waited for a lease while the topic moved to COMPLETE goes to the
+// destination. A topic still MIGRATING, or bound for the source without a
+// lease, here (the hold max passed, or the route changed after the hold
+// let the request on) is answered retriable.
 //
 // A source-bound answer comes counted in flight (see inflight): the count
 // is taken before a confirming lookup, so a heartbeat that reports the
 // topic stopped also counts this request until it is answered; writes to
 // the destination never touch the count. The caller MUST
 // end that count (sourceUnsent or inflight.done).
-func (r *router) routeWrite(ctx context.Context, topic string, arrived time.Time) *upstream {
-	if arrived.IsZero() {
-		arrived = time.Now()
-	}
-	holdMax := r.a.routes.Lookup(topic).HoldMax
-	if holdMax <= 0 {
-		holdMax = migration.DefaultHoldMax
-	}
-	deadline := time.NewTimer(time.Until(arrived.Add(holdMax)))
-	defer deadline.Stop()
-	waiting := false
-	defer func() {
-		if waiting {
-			r.a.metrics.held.Dec()
+func (r *router) routeWrite(topic string) *upstream {
+	switch r.a.routes.Lookup(topic).Target() {
+	case ToDestination:
+		return r.a.dst
+	case ToSource:
+		if !r.a.leaseValid() {
+			return nil
 		}
-	}()
-	wait := func(changed <-chan struct{}, poll bool) bool {
-		if !waiting {
-			waiting = true
-			r.a.metrics.held.Inc()
+		// Count, then confirm the route: a route change the count
+		// missed is one this lookup sees.
+		r.a.inflight.add1(topic, 1)
+		target := r.a.routes.Lookup(topic).Target()
+		if target == ToSource {
+			return r.a.src // counted
 		}
-		var tick <-chan time.Time
-		if poll {
-			t := time.NewTimer(leaseWaitPoll)
-			defer t.Stop()
-			tick = t.C
-		}
-		select {
-		case <-changed:
-		case <-tick:
-		case <-deadline.C:
-			return false
-		case <-ctx.Done():
-			return false
-		}
-		return true
-	}
-	last := false // the deadline passed: decide once more, then give up
-	for {
-		changed := r.a.routes.Changed()
-		route := r.a.routes.Lookup(topic)
-		target := route.Target()
-		if target == ToSource && r.a.leaseValid() {
-			// Count, then confirm the route: a route change the count
-			// missed is one this lookup sees.
-			r.a.inflight.add1(topic, 1)
-			if route = r.a.routes.Lookup(topic); route.Target() == ToSource {
-				return r.a.src // counted
-			}
-			r.a.inflight.add1(topic, -1)
-			target = route.Target()
-		}
-		switch {
-		case target == ToDestination:
+		r.a.inflight.add1(topic, -1)
+		if target == ToDestination {
 			return r.a.dst
-		case last:
-			return nil
-		case target == ToNowhere && route.Mode != migration.Hold:
-			return nil
-		}
-		// Held (MIGRATING) or waiting for a lease: wake on a route change,
-		// and poll the lease.
-		if !wait(changed, target == ToSource) {
-			last = true
 		}
 	}
+	return nil
+}
+
+// holdTopics is what the produce hold asks the agent: a produce to a
+// topic waits while the topic is MIGRATING in hold mode, and while it is
+// bound for the source and the agent holds no lease.
+type holdTopics struct{ a *Agent }
+
+var _ hold.Topics = holdTopics{}
+
+// Wait implements hold.Topics.
+func (h holdTopics) Wait(topic string) (bool, time.Duration) {
+	route := h.a.routes.Lookup(topic)
+	switch route.Target() {
+	case ToNowhere:
+		return route.Mode == migration.Hold, route.HoldMax
+	case ToSource:
+		return !h.a.leaseValid(), route.HoldMax
+	}
+	return false, 0
+}
+
+// Changed implements hold.Topics: a route change, and a lease renewal.
+func (h holdTopics) Changed() []<-chan struct{} {
+	if h.a.cp == nil {
+		return []<-chan struct{}{h.a.routes.Changed()}
+	}
+	return []<-chan struct{}{h.a.routes.Changed(), h.a.cp.keeper.Renewed()}
 }
 
 // dropSource takes the shards bound for src out of shards, and answers
@@ -110,8 +91,8 @@ func dropSource(shards []*shard, src *upstream, codes []int16) []*shard {
 
 // leaseValid says whether the agent may write to the source now: with
 // static routes always; with a control plane while it holds a lease.
-// Writes other than produce wait for it in the chain (filter/leasegate,
-// see chain.go); produce waits in routeWrite.
+// Requests wait for it in the chain (see chain.go): produce in the
+// produce hold, other writes in leasegate.
 func (a *Agent) leaseValid() bool {
 	return a.cp == nil || a.cp.keeper.Valid()
 }

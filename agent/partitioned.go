@@ -231,14 +231,14 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 			records = append(records, p.Records)
 		}
 	}
-	// Where each topic goes is decided now, after any hold or lease wait
-	// (see routeWrite); source-bound topics are counted in flight from
-	// here until answered, for the drain the control plane waits on.
+	// Where each topic goes is decided now, after the produce hold (see
+	// routeWrite); source-bound topics are counted in flight from here
+	// until answered, for the drain the control plane waits on.
 	ups := map[string]*upstream{}
 	var srcTopics []string
 	for _, t := range req.Topics {
 		if _, ok := ups[t.Topic]; !ok {
-			up := r.routeWrite(ctx, t.Topic, x.Received)
+			up := r.routeWrite(t.Topic)
 			ups[t.Topic] = up
 			if up == r.a.src {
 				srcTopics = append(srcTopics, t.Topic)

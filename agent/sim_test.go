@@ -2,8 +2,9 @@ package agent
 
 // The cutover protocol simulation: the real control plane (state machine,
 // cutover orchestrator, lease service) and the agent's real route, lease
-// and drain code (RouteTable, LeaseKeeper, routeWrite, inflight,
-// leaseReport, applyRoutes) on virtual time (testing/synctest), with
+// and drain code (RouteTable, LeaseKeeper, the filter chain with the
+// produce hold, routeWrite, inflight, leaseReport, applyRoutes) on
+// virtual time (testing/synctest), with
 // in-memory links between them. Around them, in this file: an in-memory
 // store, a source and a destination log for one topic, a replicator
 // copying between them, producers, and a fault schedule drawn from a seed:
@@ -43,6 +44,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -51,6 +53,7 @@ import (
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/filter"
 	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/xds"
 )
@@ -604,12 +607,42 @@ func (p *simPod) produce(stop <-chan struct{}, rng *rand.Rand) {
 }
 
 // send is one produce of record id through agent a, as produce() in
-// partitioned.go does it: routeWrite decides, the in-flight count runs
-// until the source answered or F passed, an unanswered write is retriable.
+// partitioned.go does it: the agent's filter chain (leasegate and the
+// produce hold) holds the request, then routeWrite decides, the in-flight
+// count runs until the source answered or F passed, an unanswered write
+// is retriable.
 func (p *simPod) send(a *Agent, id int64, rng *rand.Rand) bool {
-	r := &router{a: a}
 	ctx := p.w.ctx
-	up := r.routeWrite(ctx, simTopic, time.Now())
+	req := kmsg.NewPtrProduceRequest()
+	req.Acks = -1
+	req.Topics = []kmsg.ProduceRequestTopic{{Topic: simTopic, Partitions: []kmsg.ProduceRequestTopicPartition{{Partition: 0}}}}
+	x := &filter.Exchange{Header: filter.Header{APIKey: 0, APIVersion: 9}, Req: req, Received: time.Now()}
+	h := &simHandler{p: p, a: a, id: id, rng: rng}
+	chain := filter.NewChain(filter.ConnInfo{}, a.chain(), h)
+	chain.Response(ctx, chain.Request(ctx, x))
+	return h.acked
+}
+
+// simHandler is the chain's Handler in the simulation: one record's
+// produce, decided and written when the chain dispatches it.
+type simHandler struct {
+	p     *simPod
+	a     *Agent
+	id    int64
+	rng   *rand.Rand
+	acked bool
+}
+
+func (h *simHandler) Dispatch(_ context.Context, x *filter.Exchange) filter.Pending {
+	x.Resp = kmsg.NewPtrProduceResponse() // the outcome is h.acked
+	h.acked = h.p.write(h.a, h.id, h.rng)
+	return filter.Done{}
+}
+
+// write is the produce of record id once the chain let it on.
+func (p *simPod) write(a *Agent, id int64, rng *rand.Rand) bool {
+	r := &router{a: a}
+	up := r.routeWrite(simTopic)
 	switch up {
 	case a.dst:
 		p.w.appendDestination(id)

@@ -8,8 +8,8 @@
 // The gate holds with the filter package's Waker: a held request holds the
 // requests behind it on its connection, and nothing the client sent later
 // reaches the source before it. It gates the writes SourceWrite names;
-// produce is not one of them, since the router decides per topic, just
-// before sending, whether a produce goes to the source at all.
+// produce is not one of them: whether a produce needs the lease depends on
+// its topics' routes, so the produce hold (filter/hold) waits for it.
 package leasegate
 
 import (
