@@ -104,10 +104,6 @@ func (a *Agent) noteUncertain(req *kmsg.ProduceRequest, idx []int) {
 	}
 }
 
-// errNotInSource: the source holds no batch of that producer and sequence
-// in the part of the log searched.
-var errNotInSource = errors.New("batch not found in the source")
-
 // sourceSearchRecords bounds how far back from the end the agent looks for
 // an uncertain batch: the client sent it at most a few batches before its
 // last one, but other producers may have written since.

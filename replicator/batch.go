@@ -3,7 +3,6 @@ package replicator
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash/crc32"
 	"sync"
@@ -34,9 +33,6 @@ const (
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-// ErrBadBatch is returned for bytes that are not a well-formed v2 record batch.
-var ErrBadBatch = errors.New("replicator: bad record batch")
 
 // batch is one v2 record batch as fetched, aliasing the fetch response.
 type batch struct {
