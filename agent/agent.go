@@ -46,9 +46,6 @@ const (
 	DefaultNodeID        = 0
 )
 
-// Configuration errors name the field at fault.
-var ErrBadConfig = errors.New("agent: bad config")
-
 // Opt configures an Agent.
 type Opt interface{ apply(*config) }
 
@@ -418,7 +415,7 @@ func (a *Agent) learnVersions(ctx context.Context) error {
 		a.log.Debug("source cluster not answering ApiVersions yet", "err", err)
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("agent: source cluster never answered: %w", err)
+			return fmt.Errorf("agent: source cluster never answered: %w", nested(err))
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 5*time.Second)

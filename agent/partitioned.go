@@ -99,8 +99,6 @@ func leaderGone(code int16) bool {
 	return false
 }
 
-var errForwardDeadline = errors.New("a forwarded request passed the forward deadline")
-
 // sent is one shard's request on the wire.
 type sent struct {
 	s   *shard

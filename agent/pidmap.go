@@ -101,19 +101,6 @@ func newPIDMap(max int, idle time.Duration, alloc func(context.Context) (int64, 
 	return &pidMap{max: max, idle: idle, alloc: alloc, now: time.Now, m: map[pidKey]*pidEntry{}}
 }
 
-var (
-	// errPIDAlloc wraps a failure to get a producer id from the
-	// destination.
-	errPIDAlloc = errors.New("no producer id from the destination")
-	// errBeforeStream: a batch whose sequence comes before the first one
-	// sent to the destination for its partition under the current
-	// mapping (a retry from before an eviction). No destination sequence
-	// can hold it; it is refused with OUT_OF_ORDER_SEQUENCE_NUMBER, as
-	// the destination would refuse it, instead of being sent there with
-	// a sequence wrapped to about 2^31.
-	errBeforeStream = errors.New("batch precedes the destination stream of its producer and partition")
-)
-
 // destination returns the producer fields a batch of src for partition p
 // carries on the destination, allocating a destination producer id the
 // first time src is seen.
@@ -130,7 +117,7 @@ func (m *pidMap) destination(ctx context.Context, src recordbatch.Producer, p tp
 		id, epoch, err := m.alloc(ctx)
 		m.mu.Lock()
 		if err != nil {
-			e.err = fmt.Errorf("%w: %w", errPIDAlloc, err)
+			e.err = fmt.Errorf("%w: %w", errPIDAlloc, nested(err))
 			if m.m[k] == e {
 				delete(m.m, k) // the next batch asks again
 			}

@@ -1,11 +1,12 @@
 package agent
 
 import (
-	"encoding/binary"
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/baton-kafka/baton/internal/recordbatch"
 )
 
 // A client keeps several produce requests in flight on a broker connection
@@ -75,14 +76,11 @@ type gap struct {
 // batchSeq returns the producer id, epoch and base sequence of the first
 // record batch in recs; ok is false for a batch without a producer id.
 func batchSeq(recs []byte) (g gap, ok bool) {
-	if len(recs) < 61 || recs[16] != 2 {
+	p, ok := recordbatch.ReadProducer(recs)
+	if !ok {
 		return gap{}, false
 	}
-	g = gap{
-		pid:   int64(binary.BigEndian.Uint64(recs[43:])),
-		epoch: int16(binary.BigEndian.Uint16(recs[51:])),
-		seq:   int32(binary.BigEndian.Uint32(recs[53:])),
-	}
+	g = gap{pid: p.ID, epoch: p.Epoch, seq: p.BaseSeq}
 	return g, g.pid >= 0
 }
 

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"net"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/baton-kafka/baton/internal/recordbatch"
 	"github.com/baton-kafka/baton/test/embedded"
 )
 
@@ -166,8 +166,8 @@ func pinTestSeqBatch(value string, pid int64, epoch int16, seq int32) []byte {
 	b = binary.BigEndian.AppendUint32(b, 1) // records
 	b = binary.AppendVarint(b, int64(len(r)))
 	b = append(b, r...)
-	binary.BigEndian.PutUint32(b[8:], uint32(len(b)-12))
-	binary.BigEndian.PutUint32(b[17:], crc32.Checksum(b[21:], crc32.MakeTable(crc32.Castagnoli)))
+	binary.BigEndian.PutUint32(b[recordbatch.OffLength:], uint32(len(b)-recordbatch.LogOverhead))
+	recordbatch.SetCRC(b)
 	return b
 }
 

@@ -13,10 +13,6 @@ import (
 	"github.com/baton-kafka/baton/filter"
 )
 
-// ErrUnsupportedRequest closes a connection that sent a request the agent
-// never advertised.
-var ErrUnsupportedRequest = errors.New("request not supported by the agent")
-
 // retriable is the error a client gets when the agent cannot vouch for a
 // write: every client in the matrix retries it as "not persisted".
 var retriable = kerr.NotLeaderForPartition.Code
@@ -110,8 +106,6 @@ func (r *router) close() {
 	}
 	r.own = nil
 }
-
-var errClientGone = errors.New("client connection closed")
 
 var _ filter.Handler = (*router)(nil)
 

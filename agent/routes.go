@@ -122,9 +122,6 @@ type routesFile struct {
 	} `yaml:"routes"`
 }
 
-// ErrBadRoutes wraps every route file error.
-var ErrBadRoutes = errors.New("bad routes file")
-
 // LoadRoutes reads a static route file:
 //
 //	routes:

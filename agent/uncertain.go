@@ -80,10 +80,10 @@ func (u *uncertainBatches) take(k uncertainKey) bool {
 // non-transactional batch.
 func batchKey(records []byte, part tp) (uncertainKey, bool) {
 	p, ok := recordbatch.ReadProducer(records)
-	if !ok || p.ID < 0 || recordbatch.Transactional(records) || len(records) < 61 {
+	if !ok || p.ID < 0 || recordbatch.Transactional(records) {
 		return uncertainKey{}, false
 	}
-	count := int32(binary.BigEndian.Uint32(records[57:]))
+	count := int32(binary.BigEndian.Uint32(records[recordbatch.OffNumRecords:]))
 	return uncertainKey{pid: pidKey{p.ID, p.Epoch}, part: part, seq: p.BaseSeq, count: count}, true
 }
 
@@ -103,10 +103,6 @@ func (a *Agent) noteUncertain(req *kmsg.ProduceRequest, idx []int) {
 		}
 	}
 }
-
-// errNotInSource: the source holds no batch of that producer and sequence
-// in the part of the log searched.
-var errNotInSource = errors.New("batch not found in the source")
 
 // sourceSearchRecords bounds how far back from the end the agent looks for
 // an uncertain batch: the client sent it at most a few batches before its
@@ -182,13 +178,13 @@ func (a *Agent) scanSource(ctx context.Context, addr string, k uncertainKey, fro
 		}
 		b := p.RecordBatches
 		next := from
-		for len(b) >= 61 {
+		for len(b) >= recordbatch.HeaderLen {
 			n, err := recordbatch.BatchLen(b)
 			if err != nil {
 				break // a partial batch at the end of the answer
 			}
-			base := int64(binary.BigEndian.Uint64(b))
-			last := base + int64(binary.BigEndian.Uint32(b[23:]))
+			base := int64(binary.BigEndian.Uint64(b[recordbatch.OffBaseOffset:]))
+			last := base + int64(binary.BigEndian.Uint32(b[recordbatch.OffLastDelta:]))
 			if got, ok := batchKey(b[:n], k.part); ok && got == k {
 				return base, nil
 			}

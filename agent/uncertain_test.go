@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/baton-kafka/baton/agent"
+	"github.com/baton-kafka/baton/internal/recordbatch"
 )
 
 // rawBatch builds an uncompressed, non-idempotent v2 record batch holding
@@ -47,8 +47,8 @@ func rawBatch(values ...string) []byte {
 	b = binary.BigEndian.AppendUint32(b, 0xffffffff)  // base sequence -1
 	b = binary.BigEndian.AppendUint32(b, uint32(len(values)))
 	b = append(b, recs...)
-	binary.BigEndian.PutUint32(b[8:], uint32(len(b)-12))
-	binary.BigEndian.PutUint32(b[17:], crc32.Checksum(b[21:], crc32.MakeTable(crc32.Castagnoli)))
+	binary.BigEndian.PutUint32(b[recordbatch.OffLength:], uint32(len(b)-recordbatch.LogOverhead))
+	recordbatch.SetCRC(b)
 	return b
 }
 

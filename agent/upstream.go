@@ -17,22 +17,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// Upstream errors.
-var (
-	ErrUpstreamClosed  = errors.New("upstream connection closed")
-	ErrNoBrokers       = errors.New("no reachable broker")
-	errCorrelationSkew = errors.New("upstream answered out of order")
-	errUnsolicited     = errors.New("upstream sent a response to no request")
-	errStalled         = errors.New("upstream answered nothing for too long")
-	// errNotSent marks a request that never reached the broker whole: the
-	// connection was dead before it, or the write failed. A broker acts
-	// only on a whole frame, so it may be sent again elsewhere.
-	errNotSent = errors.New("request not sent")
-	// errEarlierInDoubt: earlier produce requests of the same partitions
-	// went on a connection that died, so this one is not sent on another.
-	errEarlierInDoubt = errors.New("earlier requests of its partitions are in doubt on a connection that died")
-)
-
 // brokerConn is one pipelined connection to one broker: requests are
 // written in call order and answered in the same order, per the protocol.
 //
@@ -119,7 +103,7 @@ func (c *brokerConn) die(err error) {
 
 func (c *brokerConn) deathErr() error {
 	if p := c.err.Load(); p != nil {
-		return fmt.Errorf("%w: %s: %w", ErrUpstreamClosed, c.addr, *p)
+		return fmt.Errorf("%w: %s: %w", ErrUpstreamClosed, c.addr, nested(*p))
 	}
 	return fmt.Errorf("%w: %s", ErrUpstreamClosed, c.addr)
 }
@@ -137,7 +121,7 @@ func (c *brokerConn) sendv(key, ver int16, clientID *string, segs [][]byte, expe
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if c.isDead() {
-		return nil, fmt.Errorf("%w: %w", errNotSent, c.deathErr())
+		return nil, fmt.Errorf("%w: %w", errNotSent, nested(c.deathErr()))
 	}
 	c.corr++
 	cl := &call{conn: c, corr: c.corr, key: key, ver: ver, done: make(chan struct{}), start: time.Now()}
@@ -149,7 +133,7 @@ func (c *brokerConn) sendv(key, ver int16, clientID *string, segs [][]byte, expe
 	binary.BigEndian.PutUint32(c.buf, uint32(size))
 	// Queued before it is written: the answer may come before Write returns.
 	if expectResp && !c.enqueue(cl) {
-		return nil, fmt.Errorf("%w: %w", errNotSent, c.deathErr())
+		return nil, fmt.Errorf("%w: %w", errNotSent, nested(c.deathErr()))
 	}
 	c.iov = append(append(c.iov[:0], c.buf), segs...)
 	bufs := net.Buffers(c.iov)
@@ -159,7 +143,7 @@ func (c *brokerConn) sendv(key, ver int16, clientID *string, segs [][]byte, expe
 		// Part of the frame at most reached the broker, which acts only
 		// on whole frames: not sent.
 		c.die(err)
-		return nil, fmt.Errorf("%w: %w", errNotSent, c.deathErr())
+		return nil, fmt.Errorf("%w: %w", errNotSent, nested(c.deathErr()))
 	}
 	if !expectResp {
 		return nil, nil
@@ -363,7 +347,7 @@ func (u *upstream) conn(ctx context.Context, addr string, idx uint64) (*brokerCo
 	}
 	c, err := dialBroker(ctx, addr, u.dialTO, u.stallTO)
 	if err != nil {
-		return nil, fmt.Errorf("%s cluster: dialing %s: %w: %w", u.name, addr, errNotSent, err)
+		return nil, fmt.Errorf("%w: %s cluster: dialing %s: %w", errNotSent, u.name, addr, err)
 	}
 	s.c.Store(c)
 	return c, nil
@@ -397,7 +381,7 @@ func (u *upstream) sendvOn(ctx context.Context, addr string, idx uint64, want *b
 		return u.sendv(ctx, addr, idx, key, ver, clientID, segs, expect)
 	}
 	if c := u.slot(addr, idx).c.Load(); c != want {
-		return nil, fmt.Errorf("%w: %w: %s", errNotSent, errEarlierInDoubt, addr)
+		return nil, fmt.Errorf("%w: %w: %s", errNotSent, nested(errEarlierInDoubt), addr)
 	}
 	return want.sendv(key, ver, clientID, segs, expect)
 }
@@ -467,7 +451,7 @@ func (u *upstream) ask(ctx context.Context, req kmsg.Request) (kmsg.Response, st
 			return nil, "", fmt.Errorf("%s cluster: %w", u.name, errors.Join(errs...))
 		}
 	}
-	err := fmt.Errorf("%s cluster: %w: %w", u.name, ErrNoBrokers, errors.Join(errs...))
+	err := fmt.Errorf("%w in the %s cluster: %w", ErrNoBrokers, u.name, nested(errors.Join(errs...)))
 	u.unreachable(err)
 	return nil, "", err
 }
@@ -685,7 +669,7 @@ func (u *upstream) controllerAddr(ctx context.Context) (string, error) {
 	if addr, ok := u.brokers[u.controller]; ok {
 		return addr, nil
 	}
-	return "", fmt.Errorf("%s cluster: controller %d unknown: %w", u.name, u.controller, ErrNoBrokers)
+	return "", fmt.Errorf("%w in the %s cluster: controller %d unknown", ErrNoBrokers, u.name, u.controller)
 }
 
 func (u *upstream) forgetCoordinator(typ int8, key string) {

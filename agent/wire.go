@@ -11,15 +11,6 @@ import (
 	"github.com/baton-kafka/baton/filter"
 )
 
-// Frame errors. Each closes only the connection that sent the frame.
-var (
-	ErrFrameTooLarge = errors.New("frame size over the configured maximum")
-	ErrFrameTooSmall = errors.New("frame too small for a request header")
-	ErrBadHeader     = errors.New("malformed request header")
-	ErrFrameTimeout  = errors.New("request frame not finished within the frame timeout")
-	ErrIdleTimeout   = errors.New("connection idle past the idle timeout")
-)
-
 // readFrame reads one size-prefixed frame into a pooled buffer; putBuf it
 // when done. It allocates the declared size at once, so it is only for
 // upstream brokers' responses; client requests go through frameReader.

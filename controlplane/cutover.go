@@ -13,9 +13,6 @@ import (
 	"github.com/baton-kafka/baton/migration"
 )
 
-// errTimedOut: a cutover wait passed the deadline.
-var errTimedOut = errors.New("cutover timeout passed")
-
 // Migrate starts a cutover of a PROXY topic (docs/design.md §6) and returns
 // at once with the topic MIGRATING; the cutover runs in the background and
 // ends COMPLETE or back in PROXY, with events all along.

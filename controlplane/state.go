@@ -65,6 +65,8 @@ var (
 	ErrGuardPrincipal = errors.New("controlplane: destination write guard: unusable replicator principal")
 	// ErrNotReady: the replicator has not set the topic up yet.
 	ErrNotReady = errors.New("controlplane: replication of the topic is not ready")
+	// errTimedOut: a cutover wait passed the deadline.
+	errTimedOut = errors.New("controlplane: cutover timeout passed")
 )
 
 // Rule is one named rule of the state machine.

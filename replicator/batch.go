@@ -3,9 +3,7 @@ package replicator
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
-	"hash/crc32"
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -14,29 +12,8 @@ import (
 	"github.com/baton-kafka/baton/internal/recordbatch"
 )
 
-// Record batch v2 layout (docs/kafka-facts.md): the CRC-32C at bytes 17..21
-// covers Attributes (byte 21) to the end of the batch.
-const (
-	batchHeaderLen = 61
-	offMagic       = 16
-	offCRC         = 17
-	offAttributes  = 21
-	offLastDelta   = 23
-	offProducerID  = 43
-	offEpoch       = 51
-	offBaseSeq     = 53
-	offNumRecords  = 57
-
-	attrCodec         = 0x07
-	attrLogAppendTime = 0x08
-	attrTransactional = 0x10
-	attrControl       = 0x20
-)
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-// ErrBadBatch is returned for bytes that are not a well-formed v2 record batch.
-var ErrBadBatch = errors.New("replicator: bad record batch")
+// The v2 record batch header (docs/kafka-facts.md): offsets, attribute
+// bits, CRC-32C and sequence arithmetic come from internal/recordbatch.
 
 // batch is one v2 record batch as fetched, aliasing the fetch response.
 type batch struct {
@@ -49,8 +26,8 @@ type batch struct {
 }
 
 func (b batch) lastOffset() int64   { return b.baseOffset + int64(b.lastDelta) }
-func (b batch) control() bool       { return b.attributes&attrControl != 0 }
-func (b batch) transactional() bool { return b.attributes&attrTransactional != 0 }
+func (b batch) control() bool       { return b.attributes&recordbatch.AttrControl != 0 }
+func (b batch) transactional() bool { return b.attributes&recordbatch.AttrTransactional != 0 }
 
 // contiguous reports whether the batch's records occupy every offset from
 // its base to its last (compaction can leave holes inside a batch).
@@ -68,29 +45,29 @@ type srcRun struct {
 // that is not magic 2 is an error.
 func splitBatches(raw []byte) ([]batch, error) {
 	var out []batch
-	for len(raw) >= 12 {
-		length := int32(binary.BigEndian.Uint32(raw[8:12]))
-		if length < batchHeaderLen-12 {
+	for len(raw) >= recordbatch.LogOverhead {
+		length := int32(binary.BigEndian.Uint32(raw[recordbatch.OffLength:]))
+		if length < recordbatch.HeaderLen-recordbatch.LogOverhead {
 			return out, fmt.Errorf("%w: length %d", ErrBadBatch, length)
 		}
-		total := 12 + int(length)
+		total := recordbatch.LogOverhead + int(length)
 		if total > len(raw) {
 			break // truncated by the fetch size limit
 		}
 		b := raw[:total:total]
-		if b[offMagic] != 2 {
-			return out, fmt.Errorf("%w: %w: magic %d (only v2 batches are copied)", ErrUnsupported, ErrBadBatch, b[offMagic])
+		if b[recordbatch.OffMagic] != 2 {
+			return out, fmt.Errorf("%w: %w: magic %d (only v2 batches are copied)", ErrUnsupported, ErrBadBatch, b[recordbatch.OffMagic])
 		}
-		if want, got := binary.BigEndian.Uint32(b[offCRC:]), crc32.Checksum(b[offAttributes:], castagnoli); want != got {
+		if want, got := binary.BigEndian.Uint32(b[recordbatch.OffCRC:]), recordbatch.CRC(b); want != got {
 			return out, fmt.Errorf("%w: crc %08x, computed %08x", ErrBadBatch, want, got)
 		}
 		out = append(out, batch{
 			raw:        b,
-			baseOffset: int64(binary.BigEndian.Uint64(b[0:8])),
-			lastDelta:  int32(binary.BigEndian.Uint32(b[offLastDelta:])),
-			numRecords: int32(binary.BigEndian.Uint32(b[offNumRecords:])),
-			attributes: int16(binary.BigEndian.Uint16(b[offAttributes:])),
-			producerID: int64(binary.BigEndian.Uint64(b[offProducerID:])),
+			baseOffset: int64(binary.BigEndian.Uint64(b[recordbatch.OffBaseOffset:])),
+			lastDelta:  int32(binary.BigEndian.Uint32(b[recordbatch.OffLastDelta:])),
+			numRecords: int32(binary.BigEndian.Uint32(b[recordbatch.OffNumRecords:])),
+			attributes: int16(binary.BigEndian.Uint16(b[recordbatch.OffAttributes:])),
+			producerID: int64(binary.BigEndian.Uint64(b[recordbatch.OffProducerID:])),
 		})
 		raw = raw[total:]
 	}
@@ -104,9 +81,9 @@ func splitBatches(raw []byte) ([]batch, error) {
 // timestamps, headers) is byte for byte the source's.
 func rewriteBatch(raw []byte, producerID int64, epoch int16, baseSeq int32) []byte {
 	b := append([]byte(nil), raw...)
-	binary.BigEndian.PutUint64(b[0:8], 0)
-	attrs := binary.BigEndian.Uint16(b[offAttributes:]) &^ attrTransactional
-	binary.BigEndian.PutUint16(b[offAttributes:], attrs)
+	binary.BigEndian.PutUint64(b[recordbatch.OffBaseOffset:], 0)
+	attrs := binary.BigEndian.Uint16(b[recordbatch.OffAttributes:]) &^ recordbatch.AttrTransactional
+	binary.BigEndian.PutUint16(b[recordbatch.OffAttributes:], attrs)
 	recordbatch.SetProducer(b, recordbatch.Producer{ID: producerID, Epoch: epoch, BaseSeq: baseSeq})
 	return b
 }
@@ -145,7 +122,7 @@ func reencodeBatch(raw []byte, from int64) ([]byte, []srcRun, error) {
 	if err := rb.ReadFrom(raw); err != nil {
 		return nil, nil, fmt.Errorf("%w: %v", ErrBadBatch, err)
 	}
-	codec := rb.Attributes & attrCodec
+	codec := rb.Attributes & recordbatch.AttrCodec
 	if codec > 4 {
 		return nil, nil, fmt.Errorf("%w: compression codec %d", ErrBadBatch, codec)
 	}
@@ -214,24 +191,14 @@ func reencodeBatch(raw []byte, from int64) ([]byte, []srcRun, error) {
 	}
 	rb.LastOffsetDelta = n - 1
 	rb.NumRecords = n
-	if rb.Attributes&attrLogAppendTime == 0 {
+	if rb.Attributes&recordbatch.AttrLogAppendTime == 0 {
 		rb.MaxTimestamp = maxTS
 	}
 	rb.Records = recs
-	b := rb.AppendTo(make([]byte, 0, batchHeaderLen+len(recs)))
-	binary.BigEndian.PutUint32(b[8:12], uint32(len(b)-12))
-	binary.BigEndian.PutUint32(b[offCRC:], crc32.Checksum(b[offAttributes:], castagnoli))
+	b := rb.AppendTo(make([]byte, 0, recordbatch.HeaderLen+len(recs)))
+	binary.BigEndian.PutUint32(b[recordbatch.OffLength:], uint32(len(b)-recordbatch.LogOverhead))
+	recordbatch.SetCRC(b)
 	return b, runs, nil
-}
-
-// nextSeq advances an idempotent sequence past a batch of n offsets,
-// wrapping at math.MaxInt32 as Kafka does.
-func nextSeq(seq int32, n int32) int32 {
-	s := int64(seq) + int64(n)
-	if s > 1<<31-1 {
-		s -= 1 << 31
-	}
-	return int32(s)
 }
 
 // abortedFilter tracks, over one fetch response in offset order, which

@@ -14,6 +14,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/baton-kafka/baton/internal/recordbatch"
 )
 
 func itoa(p int32) string { return strconv.Itoa(int(p)) }
@@ -554,7 +556,7 @@ func (r *Replicator) copyBatch(ctx context.Context, p *partState, b batch, raw [
 	r.mu.Lock()
 	p.dstEnd += n
 	p.next = b.lastOffset() + 1
-	p.seq = nextSeq(p.seq, int32(n))
+	p.seq = recordbatch.NextSeq(p.seq, int32(n))
 	r.mu.Unlock()
 	r.metrics.records.WithLabelValues(p.topic).Add(float64(n))
 	r.metrics.bytes.WithLabelValues(p.topic).Add(float64(len(raw)))

@@ -15,14 +15,6 @@ import (
 // DefaultGroupSyncInterval is how often Run copies consumer-group offsets.
 const DefaultGroupSyncInterval = 5 * time.Second
 
-var (
-	// ErrNotRunning is returned by SyncGroups when Run is not running (it
-	// uses Run's clients and copy progress).
-	ErrNotRunning = errors.New("replicator: not running")
-	// ErrGroupSync wraps the failures of one group offset sync.
-	ErrGroupSync = errors.New("replicator: group offset sync failed")
-)
-
 // GroupSyncInterval sets how often Run copies the committed offsets of the
 // groups that read managed topics from S to D, overriding 5 s. 0 disables
 // the periodic sync; SyncGroups still works.

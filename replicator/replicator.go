@@ -55,6 +55,14 @@ var (
 	// ErrSourceDataLost is reported when S deleted records (retention)
 	// before they were copied: the offset map records the gap.
 	ErrSourceDataLost = errors.New("replicator: source records deleted before they were copied")
+	// ErrBadBatch is returned for bytes that are not a well-formed v2
+	// record batch.
+	ErrBadBatch = errors.New("replicator: bad record batch")
+	// ErrNotRunning is returned by SyncGroups (and other calls that use
+	// Run's clients and copy progress) when Run is not running.
+	ErrNotRunning = errors.New("replicator: not running")
+	// ErrGroupSync wraps the failures of one group offset sync.
+	ErrGroupSync = errors.New("replicator: group offset sync failed")
 )
 
 // Opt configures a Replicator.

@@ -5,13 +5,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"reflect"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/baton-kafka/baton/internal/recordbatch"
 )
 
 // testBatch builds a valid v2 batch with n one-byte records.
@@ -29,14 +30,14 @@ func testBatch(base int64, n int32, attrs int16, pid int64) []byte {
 	}
 	b.Records = recs
 	raw := b.AppendTo(nil)
-	binary.BigEndian.PutUint32(raw[8:12], uint32(len(raw)-12))
-	binary.BigEndian.PutUint32(raw[offCRC:], crc32.Checksum(raw[offAttributes:], castagnoli))
+	binary.BigEndian.PutUint32(raw[recordbatch.OffLength:], uint32(len(raw)-recordbatch.LogOverhead))
+	recordbatch.SetCRC(raw)
 	return raw
 }
 
 func TestRewriteBatch(t *testing.T) {
 	t.Parallel()
-	src := testBatch(42, 3, attrTransactional|1 /* gzip bit, body not compressed: irrelevant here */, 99)
+	src := testBatch(42, 3, recordbatch.AttrTransactional|1 /* gzip bit, body not compressed: irrelevant here */, 99)
 	got := rewriteBatch(src, 12345, 0, 9)
 	if len(got) != len(src) {
 		t.Fatalf("length changed: %d -> %d", len(src), len(got))
@@ -49,19 +50,20 @@ func TestRewriteBatch(t *testing.T) {
 	if b.producerID != 12345 || b.transactional() || b.baseOffset != 0 {
 		t.Errorf("fields: pid %d transactional %v base %d", b.producerID, b.transactional(), b.baseOffset)
 	}
-	if e := int16(binary.BigEndian.Uint16(got[offEpoch:])); e != 0 {
+	if e := int16(binary.BigEndian.Uint16(got[recordbatch.OffEpoch:])); e != 0 {
 		t.Errorf("epoch %d", e)
 	}
-	if s := int32(binary.BigEndian.Uint32(got[offBaseSeq:])); s != 9 {
+	if s := int32(binary.BigEndian.Uint32(got[recordbatch.OffBaseSeq:])); s != 9 {
 		t.Errorf("sequence %d", s)
 	}
-	if got[offAttributes+1]&0x07 != 1 {
-		t.Errorf("compression bits changed: attributes %x", got[offAttributes:offAttributes+2])
+	if got[recordbatch.OffAttributes+1]&recordbatch.AttrCodec != 1 {
+		t.Errorf("compression bits changed: attributes %x", got[recordbatch.OffAttributes:recordbatch.OffAttributes+2])
 	}
 	// Everything but base offset, CRC, attributes' transactional bit and
 	// the producer fields is the source's.
-	if !bytes.Equal(got[offNumRecords:], src[offNumRecords:]) || !bytes.Equal(got[8:offCRC], src[8:offCRC]) ||
-		!bytes.Equal(got[offLastDelta:offProducerID], src[offLastDelta:offProducerID]) {
+	same := func(from, to int) bool { return bytes.Equal(got[from:to], src[from:to]) }
+	if !same(recordbatch.OffNumRecords, len(src)) || !same(recordbatch.OffLength, recordbatch.OffCRC) ||
+		!same(recordbatch.OffLastDelta, recordbatch.OffProducerID) {
 		t.Error("bytes outside the producer fields changed")
 	}
 }
@@ -72,7 +74,7 @@ func TestSplitBatches(t *testing.T) {
 	corrupt := append([]byte(nil), a...)
 	corrupt[len(corrupt)-1] ^= 0xff
 	old := append([]byte(nil), a...)
-	old[offMagic] = 1
+	old[recordbatch.OffMagic] = 1
 	tests := []struct {
 		name    string
 		raw     []byte
@@ -109,13 +111,13 @@ func TestAbortedFilter(t *testing.T) {
 	// Offsets: 0-1 pid 1 txn (committed), 2 marker pid 1, 3-4 pid 2 txn
 	// (aborted), 5 plain, 6 marker pid 2, 7 pid 2 txn (committed), 8 marker.
 	bs := []batch{
-		{baseOffset: 0, lastDelta: 1, attributes: attrTransactional, producerID: 1},
-		{baseOffset: 2, attributes: attrTransactional | attrControl, producerID: 1},
-		{baseOffset: 3, lastDelta: 1, attributes: attrTransactional, producerID: 2},
+		{baseOffset: 0, lastDelta: 1, attributes: recordbatch.AttrTransactional, producerID: 1},
+		{baseOffset: 2, attributes: recordbatch.AttrTransactional | recordbatch.AttrControl, producerID: 1},
+		{baseOffset: 3, lastDelta: 1, attributes: recordbatch.AttrTransactional, producerID: 2},
 		{baseOffset: 5, producerID: 3},
-		{baseOffset: 6, attributes: attrTransactional | attrControl, producerID: 2},
-		{baseOffset: 7, attributes: attrTransactional, producerID: 2},
-		{baseOffset: 8, attributes: attrTransactional | attrControl, producerID: 2},
+		{baseOffset: 6, attributes: recordbatch.AttrTransactional | recordbatch.AttrControl, producerID: 2},
+		{baseOffset: 7, attributes: recordbatch.AttrTransactional, producerID: 2},
+		{baseOffset: 8, attributes: recordbatch.AttrTransactional | recordbatch.AttrControl, producerID: 2},
 	}
 	want := []bool{false, true, true, false, true, false, true}
 	f := newAbortedFilter([]abortedTxn{{producerID: 2, firstOffset: 3}})
@@ -123,16 +125,6 @@ func TestAbortedFilter(t *testing.T) {
 		if got := f.skip(b); got != want[i] {
 			t.Errorf("batch at %d: skip %v, want %v", b.baseOffset, got, want[i])
 		}
-	}
-}
-
-func TestNextSeqWraps(t *testing.T) {
-	t.Parallel()
-	if got := nextSeq(1<<31-2, 3); got != 1 {
-		t.Errorf("nextSeq wraps to %d, want 1", got)
-	}
-	if got := nextSeq(5, 3); got != 8 {
-		t.Errorf("nextSeq = %d, want 8", got)
 	}
 }
 
@@ -333,13 +325,13 @@ func holeyBatch(t *testing.T, codec kgo.CompressionCodec, base int64, lastDelta 
 		body, attrs = append([]byte(nil), out...), int16(used)
 	}
 	b := kmsg.RecordBatch{
-		FirstOffset: base, PartitionLeaderEpoch: 4, Magic: 2, Attributes: attrs | attrTransactional, LastOffsetDelta: lastDelta,
+		FirstOffset: base, PartitionLeaderEpoch: 4, Magic: 2, Attributes: attrs | recordbatch.AttrTransactional, LastOffsetDelta: lastDelta,
 		FirstTimestamp: 1_700_000_000_000, MaxTimestamp: 1_700_000_000_000 + maxTS, ProducerID: 77, ProducerEpoch: 2, FirstSequence: 40,
 		NumRecords: int32(len(recs)), Records: body,
 	}
 	raw := b.AppendTo(nil)
-	binary.BigEndian.PutUint32(raw[8:12], uint32(len(raw)-12))
-	binary.BigEndian.PutUint32(raw[offCRC:], crc32.Checksum(raw[offAttributes:], castagnoli))
+	binary.BigEndian.PutUint32(raw[recordbatch.OffLength:], uint32(len(raw)-recordbatch.LogOverhead))
+	recordbatch.SetCRC(raw)
 	return raw
 }
 
@@ -350,7 +342,7 @@ func decodeRecords(t *testing.T, raw []byte) (kmsg.RecordBatch, []kmsg.Record) {
 	if err := rb.ReadFrom(raw); err != nil {
 		t.Fatal(err)
 	}
-	body, err := kgo.DefaultDecompressor().Decompress(rb.Records, kgo.CompressionCodecType(rb.Attributes&attrCodec))
+	body, err := kgo.DefaultDecompressor().Decompress(rb.Records, kgo.CompressionCodecType(rb.Attributes&recordbatch.AttrCodec))
 	if err != nil {
 		t.Fatalf("decompressing the re-encoded batch: %v", err)
 	}
@@ -491,7 +483,7 @@ func TestReencodeBatchRejectsBadRecords(t *testing.T) {
 	backwards := holeyBatch(t, kgo.NoCompression(), 0, 3, []holeyRecord{{delta: 2}, {delta: 1}})
 	beyond := holeyBatch(t, kgo.NoCompression(), 0, 3, []holeyRecord{{delta: 0}, {delta: 4}})
 	short := append([]byte(nil), good...)
-	binary.BigEndian.PutUint32(short[offNumRecords:], 3) // claims a third record
+	binary.BigEndian.PutUint32(short[recordbatch.OffNumRecords:], 3) // claims a third record
 	for name, raw := range map[string][]byte{"deltas go backwards": backwards, "delta beyond the last": beyond, "record count": short} {
 		if _, _, err := reencodeBatch(raw, 0); !errors.Is(err, ErrBadBatch) {
 			t.Errorf("%s: err %v, want ErrBadBatch", name, err)

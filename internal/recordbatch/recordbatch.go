@@ -1,8 +1,10 @@
-// Package recordbatch reads and rewrites the producer fields of Kafka v2
-// record batch headers (magic 2, Kafka 0.11+): producer id, producer epoch
-// and base sequence. The agent and the replicator both write batches under
-// a producer id the destination cluster allocated, so both need the same
-// few bytes of layout and the CRC rule; nothing here decodes records.
+// Package recordbatch is the Kafka v2 record batch header (magic 2, Kafka
+// 0.11+) as the agent and the replicator both use it: the byte offsets and
+// attribute bits, the CRC rule, idempotent sequence arithmetic, and reading
+// and rewriting the producer fields (producer id, producer epoch and base
+// sequence). Both write batches under a producer id the destination
+// cluster allocated, so both need the same few bytes of layout; nothing
+// here decodes records.
 //
 // The CRC-32C (Castagnoli) at bytes 17..21 covers Attributes (byte 21) to
 // the end of the batch, and so covers the producer fields: rewriting any of
@@ -14,23 +16,32 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math"
 )
 
 // Byte offsets in a v2 batch header.
 const (
 	HeaderLen     = 61
+	OffBaseOffset = 0
 	OffLength     = 8
+	LogOverhead   = 12 // base offset and length: the bytes Length does not count
 	OffMagic      = 16
 	OffCRC        = 17
 	OffAttributes = 21
+	OffLastDelta  = 23 // last offset delta: records in the batch minus one
 	OffProducerID = 43
 	OffEpoch      = 51
 	OffBaseSeq    = 53
-	OffLastDelta  = 23 // last offset delta: records in the batch minus one
+	OffNumRecords = 57
 )
 
-// AttrTransactional is the attributes bit of a transactional batch.
-const AttrTransactional = 0x10
+// Bits of the attributes field (two bytes at OffAttributes).
+const (
+	AttrCodec         = 0x07 // compression codec: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd
+	AttrLogAppendTime = 0x08 // timestamps are the broker's append time
+	AttrTransactional = 0x10 // the batch is part of a transaction
+	AttrControl       = 0x20 // a control batch (transaction marker)
+)
 
 // ErrBadBatch is returned for bytes that do not start with a whole v2 batch.
 var ErrBadBatch = errors.New("recordbatch: not a whole v2 record batch")
@@ -70,7 +81,7 @@ func BatchLen(b []byte) (int, error) {
 	if len(b) < HeaderLen || b[OffMagic] != 2 {
 		return 0, fmt.Errorf("%w: %d bytes", ErrBadBatch, len(b))
 	}
-	n := 12 + int(int32(binary.BigEndian.Uint32(b[OffLength:])))
+	n := LogOverhead + int(int32(binary.BigEndian.Uint32(b[OffLength:])))
 	if n < HeaderLen || n > len(b) {
 		return 0, fmt.Errorf("%w: length field says %d bytes, have %d", ErrBadBatch, n, len(b))
 	}
@@ -102,15 +113,21 @@ func SetProducer(b []byte, p Producer) {
 	SetCRC(b)
 }
 
+// CRC returns the CRC-32C the batch b (exactly one batch) should carry:
+// the checksum of Attributes to the end.
+func CRC(b []byte) uint32 {
+	return crc32.Checksum(b[OffAttributes:], castagnoli)
+}
+
 // SetCRC recomputes the CRC-32C of the batch b (exactly one batch).
 func SetCRC(b []byte) {
-	binary.BigEndian.PutUint32(b[OffCRC:], crc32.Checksum(b[OffAttributes:], castagnoli))
+	binary.BigEndian.PutUint32(b[OffCRC:], CRC(b))
 }
 
 // CRCValid says whether the CRC-32C of the batch b (exactly one batch)
 // matches its bytes.
 func CRCValid(b []byte) bool {
-	return len(b) >= HeaderLen && binary.BigEndian.Uint32(b[OffCRC:]) == crc32.Checksum(b[OffAttributes:], castagnoli)
+	return len(b) >= HeaderLen && binary.BigEndian.Uint32(b[OffCRC:]) == CRC(b)
 }
 
 // SeqDistance returns how far sequence seq is past from, the way Kafka
@@ -122,4 +139,15 @@ func SeqDistance(from, seq int32) int32 {
 		d += 1 << 31
 	}
 	return int32(d)
+}
+
+// NextSeq returns the sequence n records after seq, the way Kafka counts:
+// past math.MaxInt32 it wraps to 0. It undoes SeqDistance:
+// SeqDistance(seq, NextSeq(seq, n)) is n for 0 <= n <= math.MaxInt32.
+func NextSeq(seq, n int32) int32 {
+	s := int64(seq) + int64(n)
+	if s > math.MaxInt32 {
+		s -= 1 << 31
+	}
+	return int32(s)
 }

@@ -116,6 +116,29 @@ func TestSeqDistanceWraps(t *testing.T) {
 	}
 }
 
+func TestNextSeqWraps(t *testing.T) {
+	for _, tc := range []struct{ seq, n, want int32 }{
+		{0, 0, 0},
+		{0, 1, 1},
+		{5, 3, 8},
+		{100, 50, 150},
+		{math.MaxInt32 - 4, 4, math.MaxInt32}, // up to MaxInt32, not past it
+		{math.MaxInt32 - 4, 5, 0},             // one past MaxInt32 is 0
+		{math.MaxInt32 - 1, 3, 1},
+		{math.MaxInt32, 1, 0},
+		{math.MaxInt32, 11, 10},
+		{math.MaxInt32, math.MaxInt32, math.MaxInt32 - 1},
+	} {
+		got := recordbatch.NextSeq(tc.seq, tc.n)
+		if got != tc.want {
+			t.Errorf("NextSeq(%d, %d) = %d, want %d", tc.seq, tc.n, got, tc.want)
+		}
+		if d := recordbatch.SeqDistance(tc.seq, got); d != tc.n {
+			t.Errorf("SeqDistance(%d, NextSeq(%d, %d)) = %d, want %d", tc.seq, tc.seq, tc.n, d, tc.n)
+		}
+	}
+}
+
 func TestOffsetSpanCountsEveryBatch(t *testing.T) {
 	t.Parallel()
 	one, three := batch(t, 1, recordbatch.Producer{ID: -1}, 0), batch(t, 3, recordbatch.Producer{ID: -1}, 0)

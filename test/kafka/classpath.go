@@ -13,10 +13,6 @@ import (
 	"strings"
 )
 
-// ErrUnavailable means java, or Maven when the jars are not cached yet, is
-// not installed.
-var ErrUnavailable = errors.New("kafka: java or maven not installed")
-
 // fetch.sh is the one implementation of fetching; Go runs the embedded copy
 // so that callers need no source tree.
 //

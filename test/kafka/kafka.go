@@ -51,9 +51,6 @@ const (
 	StopGrace = 20 * time.Second
 )
 
-// ErrBadOption is returned by Start when an option is out of range.
-var ErrBadOption = errors.New("kafka: bad option")
-
 // Opt configures Start.
 type Opt interface{ apply(*config) }
 

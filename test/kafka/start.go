@@ -19,12 +19,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// ErrNoCluster is returned by Open when a folder holds no running cluster.
-var ErrNoCluster = errors.New("kafka: no cluster in folder")
-
-// errPortInUse marks a start that failed because a port was taken.
-var errPortInUse = errors.New("port already in use")
-
 const (
 	stateFile = "cluster.json"
 	log4jFile = "log4j2.properties"
