@@ -95,7 +95,8 @@ func Clock(now func() time.Time) Opt { return optFunc(func(c *config) { c.now = 
 func Logger(l *slog.Logger) Opt { return optFunc(func(c *config) { c.log = l }) }
 
 // ControlPlane runs the state machine, leases and cutovers. Create it with
-// New; serve XDS() and LeaseServer() on gRPC and Handler() on HTTP; Run it.
+// New; Register it on a gRPC server (ADS and the Lease service), serve
+// Handler() on HTTP, and Run it.
 type ControlPlane struct {
 	batonv1.UnimplementedLeaseServer
 
