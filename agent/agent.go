@@ -30,6 +30,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"google.golang.org/grpc"
 
+	"github.com/baton-kafka/baton/agent/internal/framing"
 	"github.com/baton-kafka/baton/filter"
 	"github.com/baton-kafka/baton/migration"
 )
@@ -161,7 +162,7 @@ type Agent struct {
 	dst      *upstream
 	nodeID   int32
 	metrics  *metrics
-	budget   *requestBudget
+	budget   *framing.Budget
 	epochs   *epochs
 	pids     *pidMap
 	cp       *cpLink          // nil with static routes
@@ -259,11 +260,11 @@ func New(opts ...Opt) (*Agent, error) {
 		serving: make(chan struct{}),
 	}
 	a.metrics = newMetrics(cfg.registry)
-	a.budget = newRequestBudget(cfg.buffered, cfg.connBuffered)
+	a.budget = framing.NewBudget(cfg.buffered, cfg.connBuffered)
 	cfg.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "baton_agent_buffered_request_bytes",
 		Help: "Request bytes read from clients and not yet answered (bounded by BufferedBytes).",
-	}, func() float64 { return float64(a.budget.held.Load()) }))
+	}, func() float64 { return float64(a.budget.Held()) }))
 	a.pids = newPIDMap(cfg.producerIDs, cfg.producerIDIdle, a.initDestinationPID)
 	cfg.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "baton_agent_producer_ids",

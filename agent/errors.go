@@ -14,20 +14,8 @@ var (
 	// ErrBadRoutes wraps every route file error.
 	ErrBadRoutes = errors.New("agent: bad routes file")
 
-	// ErrFrameTooLarge: a client frame declares a size over MaxFrameBytes
-	// or over what one connection may buffer. Like the other frame errors,
-	// it closes only the connection that sent the frame.
-	ErrFrameTooLarge = errors.New("agent: frame size over the configured maximum")
-	// ErrFrameTooSmall: a frame too short to hold a request (or response)
-	// header.
-	ErrFrameTooSmall = errors.New("agent: frame too small for a request header")
-	// ErrBadHeader: a request header that does not parse.
-	ErrBadHeader = errors.New("agent: malformed request header")
-	// ErrFrameTimeout: a request frame not read whole within FrameTimeout
-	// of its first byte.
-	ErrFrameTimeout = errors.New("agent: request frame not finished within the frame timeout")
-	// ErrIdleTimeout: a client connection sent no request for IdleTimeout.
-	ErrIdleTimeout = errors.New("agent: connection idle past the idle timeout")
+	// Frame errors (too large, too small, malformed header, frame and idle
+	// timeouts) are in agent/internal/framing.
 	// ErrUnsupportedRequest closes a connection that sent a request the
 	// agent never advertised.
 	ErrUnsupportedRequest = errors.New("agent: request not supported")

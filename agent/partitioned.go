@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/baton-kafka/baton/agent/internal/bufpool"
 	"github.com/baton-kafka/baton/filter"
 	"github.com/baton-kafka/baton/internal/recordbatch"
 )
@@ -116,15 +117,15 @@ func (r *router) sendShards(ctx context.Context, shards []*shard, key, ver int16
 				out[i] = sent{s: s, cl: cl, err: err}
 				continue
 			}
-			body := req.AppendTo(getBuf(encodedSizeHint(req))[:0])
+			body := req.AppendTo(bufpool.Get(encodedSizeHint(req))[:0])
 			cl, err := s.up.sendvOn(ctx, s.addr, r.slot, s.conn, key, ver, clientID, [][]byte{body}, expect)
-			putBuf(body) // written or failed: not kept
+			bufpool.Put(body) // written or failed: not kept
 			out[i] = sent{s: s, cl: cl, err: err}
 			continue
 		}
-		body := req.AppendTo(getBuf(encodedSizeHint(req))[:0])
+		body := req.AppendTo(bufpool.Get(encodedSizeHint(req))[:0])
 		cl, err := r.sendUp(ctx, s.up, s.addr, key, ver, clientID, body, expect)
-		putBuf(body) // send wrote it
+		bufpool.Put(body) // send wrote it
 		out[i] = sent{s: s, cl: cl, err: err}
 	}
 	return out
@@ -289,7 +290,7 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 			return sub
 		}, expect)
 		for _, b := range rewritten {
-			putBuf(b) // sendShards wrote them
+			bufpool.Put(b) // sendShards wrote them
 		}
 	}
 	// A batch that was not sent is a gap at once, before the connection's

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/baton-kafka/baton/agent/internal/bufpool"
 	"github.com/baton-kafka/baton/internal/recordbatch"
 )
 
@@ -320,7 +321,7 @@ func (r *router) mapProducers(ctx context.Context, req *kmsg.ProduceRequest, sha
 				i++
 				continue
 			}
-			b := append(getBuf(len(p.Records))[:0], p.Records...)
+			b := append(bufpool.Get(len(p.Records))[:0], p.Records...)
 			recordbatch.SetProducer(b[:n], dst)
 			if rewritten == nil {
 				rewritten = map[int][]byte{}

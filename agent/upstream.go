@@ -15,6 +15,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/baton-kafka/baton/agent/internal/framing"
 )
 
 // brokerConn is one pipelined connection to one broker: requests are
@@ -125,7 +127,7 @@ func (c *brokerConn) sendv(key, ver int16, clientID *string, segs [][]byte, expe
 	}
 	c.corr++
 	cl := &call{conn: c, corr: c.corr, key: key, ver: ver, done: make(chan struct{}), start: time.Now()}
-	c.buf = appendRequestHeader(append(c.buf[:0], 0, 0, 0, 0), key, ver, c.corr, clientID, isFlexible(key, ver))
+	c.buf = framing.AppendRequestHeader(append(c.buf[:0], 0, 0, 0, 0), key, ver, c.corr, clientID, framing.RequestHeaderFlexible(key, ver))
 	size := len(c.buf) - 4
 	for _, s := range segs {
 		size += len(s)
@@ -192,7 +194,7 @@ func (c *brokerConn) answered(corr int32) (*call, error) {
 func (c *brokerConn) readLoop() {
 	br := bufio.NewReaderSize(c.nc, 64<<10)
 	for {
-		frame, err := readFrame(br, 1<<30)
+		frame, err := framing.ReadFrame(br, 1<<30)
 		if err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
@@ -202,7 +204,7 @@ func (c *brokerConn) readLoop() {
 			return
 		}
 		if len(frame) < 4 {
-			c.die(ErrFrameTooSmall)
+			c.die(framing.ErrFrameTooSmall)
 			return
 		}
 		cl, err := c.answered(int32(binary.BigEndian.Uint32(frame)))
@@ -211,8 +213,8 @@ func (c *brokerConn) readLoop() {
 			return
 		}
 		body := frame[4:]
-		if responseHeaderFlexible(cl.key, cl.ver) {
-			if body, err = skipTags(body); err != nil {
+		if framing.ResponseHeaderFlexible(cl.key, cl.ver) {
+			if body, err = framing.SkipTags(body); err != nil {
 				c.die(err) // first: settled reads when it died
 				cl.err = c.deathErr()
 				close(cl.done)
