@@ -214,14 +214,14 @@ func (m *pidMap) len() int {
 
 // initDestinationPID asks the destination for an idempotent producer id.
 func (a *Agent) initDestinationPID(ctx context.Context) (int64, int16, error) {
-	v := a.dst.version(22, math.MaxInt16)
+	v := a.dst.Version(22, math.MaxInt16)
 	if v < 0 {
 		return 0, 0, errors.New("destination cluster: InitProducerId not supported")
 	}
 	req := kmsg.NewPtrInitProducerIDRequest()
 	req.SetVersion(v)
 	req.TransactionTimeoutMillis = math.MaxInt32 // not transactional: unused, as Java sends it
-	resp, _, err := a.dst.ask(ctx, req)
+	resp, _, err := a.dst.Ask(ctx, req)
 	if err != nil {
 		return 0, 0, err
 	}
