@@ -30,6 +30,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"google.golang.org/grpc"
 
+	"github.com/baton-kafka/baton/agent/internal/framing"
+	"github.com/baton-kafka/baton/agent/internal/upstream"
 	"github.com/baton-kafka/baton/filter"
 	"github.com/baton-kafka/baton/migration"
 )
@@ -157,11 +159,11 @@ type Agent struct {
 	cfg      config
 	log      *slog.Logger
 	routes   *RouteTable
-	src      *upstream
-	dst      *upstream
+	src      *upstream.Cluster
+	dst      *upstream.Cluster
 	nodeID   int32
 	metrics  *metrics
-	budget   *requestBudget
+	budget   *framing.Budget
 	epochs   *epochs
 	pids     *pidMap
 	cp       *cpLink          // nil with static routes
@@ -259,11 +261,11 @@ func New(opts ...Opt) (*Agent, error) {
 		serving: make(chan struct{}),
 	}
 	a.metrics = newMetrics(cfg.registry)
-	a.budget = newRequestBudget(cfg.buffered, cfg.connBuffered)
+	a.budget = framing.NewBudget(cfg.buffered, cfg.connBuffered)
 	cfg.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "baton_agent_buffered_request_bytes",
 		Help: "Request bytes read from clients and not yet answered (bounded by BufferedBytes).",
-	}, func() float64 { return float64(a.budget.held.Load()) }))
+	}, func() float64 { return float64(a.budget.Held()) }))
 	a.pids = newPIDMap(cfg.producerIDs, cfg.producerIDIdle, a.initDestinationPID)
 	cfg.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "baton_agent_producer_ids",
@@ -276,9 +278,15 @@ func New(opts ...Opt) (*Agent, error) {
 	}
 	a.filters = a.chain()
 	readTO := 60 * time.Second
-	a.src = newUpstream("source", cfg.source, cfg.upstreamConns, 10*time.Second, readTO, a.log)
-	a.dst = newUpstream("destination", cfg.destination, cfg.upstreamConns, 10*time.Second, readTO, a.log)
-	a.src.health.startNote = "until it answers, the agent refuses client connections and /healthz answers 503"
+	a.src = upstream.New(upstream.Config{
+		Name: "source", Bootstrap: cfg.source, PoolSize: cfg.upstreamConns,
+		DialTimeout: 10 * time.Second, ReadTimeout: readTO, Log: a.log,
+		StartNote: "until it answers, the agent refuses client connections and /healthz answers 503",
+	})
+	a.dst = upstream.New(upstream.Config{
+		Name: "destination", Bootstrap: cfg.destination, PoolSize: cfg.upstreamConns,
+		DialTimeout: 10 * time.Second, ReadTimeout: readTO, Log: a.log,
+	})
 
 	reserved, err := reservePort(cfg.listen)
 	if err != nil {
@@ -395,8 +403,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.mu.Unlock()
 	a.wg.Wait()
-	a.src.close()
-	a.dst.close()
+	a.src.CloseConns(errShuttingDown)
+	a.dst.CloseConns(errShuttingDown)
 	return nil
 }
 
@@ -407,11 +415,11 @@ func (a *Agent) Run(ctx context.Context) error {
 func (a *Agent) learnVersions(ctx context.Context) error {
 	backoff := 100 * time.Millisecond
 	for {
-		err := a.src.loadVersions(ctx)
+		err := a.src.LoadVersions(ctx)
 		if err == nil {
 			break
 		}
-		// ask said at WARN, once, that no broker answers.
+		// upstream.Cluster.Ask said at WARN, once, that no broker answers.
 		a.log.Debug("source cluster not answering ApiVersions yet", "err", err)
 		select {
 		case <-ctx.Done():
@@ -421,16 +429,16 @@ func (a *Agent) learnVersions(ctx context.Context) error {
 		backoff = min(2*backoff, 5*time.Second)
 	}
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	err := a.dst.loadVersions(dctx)
+	err := a.dst.LoadVersions(dctx)
 	cancel()
 	if err != nil {
 		a.log.Warn("destination cluster not answering; advertising source versions only until it does", "err", err)
 		go func() {
-			for ctx.Err() == nil && !a.dst.hasVersions() {
+			for ctx.Err() == nil && !a.dst.HasVersions() {
 				select {
 				case <-ctx.Done():
 				case <-time.After(5 * time.Second):
-					if err := a.dst.loadVersions(ctx); err == nil {
+					if err := a.dst.LoadVersions(ctx); err == nil {
 						a.log.Info("destination cluster answered ApiVersions")
 					}
 				}
@@ -445,11 +453,9 @@ func (a *Agent) selfBroker() kmsg.MetadataResponseBroker { return a.self }
 func (a *Agent) describeCluster(version int16) kmsg.Response {
 	resp := kmsg.NewPtrDescribeClusterResponse()
 	resp.SetVersion(version)
-	a.src.mu.RLock()
-	if a.src.clusterID != nil {
-		resp.ClusterID = *a.src.clusterID
+	if id := a.src.ClusterID(); id != nil {
+		resp.ClusterID = *id
 	}
-	a.src.mu.RUnlock()
 	resp.ControllerID = a.nodeID
 	b := kmsg.NewDescribeClusterResponseBroker()
 	b.NodeID, b.Host, b.Port = a.self.NodeID, a.self.Host, a.self.Port

@@ -9,6 +9,8 @@ import (
 	"net"
 	"time"
 
+	"github.com/baton-kafka/baton/agent/internal/bufpool"
+	"github.com/baton-kafka/baton/agent/internal/framing"
 	"github.com/baton-kafka/baton/filter"
 )
 
@@ -45,7 +47,7 @@ func (a *Agent) serveConn(ctx context.Context, id uint64, nc net.Conn) {
 	chain := filter.NewChain(info, a.filters, rt)
 	queue := make(chan queued, maxPipelined)
 	writerDone := make(chan struct{})
-	budget := a.budget.forConn()
+	budget := a.budget.ForConn()
 
 	go func() {
 		defer close(writerDone)
@@ -59,25 +61,24 @@ func (a *Agent) serveConn(ctx context.Context, id uint64, nc net.Conn) {
 		// end) and its buffer goes back to the pool and the budget.
 		for q := range queue {
 			chain.Response(ctx, q.s)
-			budget.release(int64(len(q.frame)))
-			putBuf(q.frame)
+			budget.Release(int64(len(q.frame)))
+			bufpool.Put(q.frame)
 		}
 	}()
 
-	fr := &frameReader{
-		nc: nc, br: bufio.NewReaderSize(nc, 64<<10), budget: budget,
-		maxFrame: a.cfg.maxFrame, frameTimeout: a.cfg.frameTimeout, idleTimeout: a.cfg.idleTimeout,
-	}
+	fr := framing.NewReader(nc, budget, framing.Limits{
+		MaxFrame: a.cfg.maxFrame, FrameTimeout: a.cfg.frameTimeout, IdleTimeout: a.cfg.idleTimeout,
+	})
 	for {
-		frame, err := fr.next(ctx)
+		frame, err := fr.Next(ctx)
 		if err != nil {
 			switch {
 			case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), ctx.Err() != nil:
 				log.Debug("client closed connection")
-			case errors.Is(err, ErrIdleTimeout):
+			case errors.Is(err, framing.ErrIdleTimeout):
 				// Kafka closes idle connections as quietly; clients reconnect.
 				log.Debug("closing idle connection", "err", err)
-			case errors.Is(err, ErrFrameTooLarge), errors.Is(err, ErrFrameTimeout):
+			case errors.Is(err, framing.ErrFrameTooLarge), errors.Is(err, framing.ErrFrameTimeout):
 				a.metrics.badFrames.Inc()
 				log.Warn("closing connection: request frame over a limit; raise the option named if the client is legitimate", "err", err)
 			default:
@@ -86,10 +87,10 @@ func (a *Agent) serveConn(ctx context.Context, id uint64, nc net.Conn) {
 			}
 			break
 		}
-		x, err := parseRequest(frame)
+		x, err := framing.ParseRequest(frame)
 		if err != nil {
-			budget.release(int64(len(frame)))
-			putBuf(frame)
+			budget.Release(int64(len(frame)))
+			bufpool.Put(frame)
 			a.metrics.badFrames.Inc()
 			log.Warn("closing connection: malformed request", "err", err)
 			break
@@ -104,7 +105,7 @@ func (a *Agent) serveConn(ctx context.Context, id uint64, nc net.Conn) {
 
 // writeResponses writes answers in request order. It returns when the
 // queue closes or an exchange must close the connection.
-func (a *Agent) writeResponses(ctx context.Context, nc net.Conn, chain *filter.Chain, queue <-chan queued, budget *connBudget) error {
+func (a *Agent) writeResponses(ctx context.Context, nc net.Conn, chain *filter.Chain, queue <-chan queued, budget *framing.ConnBudget) error {
 	bw := bufio.NewWriterSize(nc, 64<<10)
 	var buf []byte
 	for q := range queue {
@@ -112,8 +113,8 @@ func (a *Agent) writeResponses(ctx context.Context, nc net.Conn, chain *filter.C
 		// Filters are done with the exchange: its request frame goes back
 		// to the pool (the filter contract forbids keeping it) and its bytes
 		// to the budget, which lets the reader take the next request.
-		budget.release(int64(len(q.frame)))
-		putBuf(q.frame)
+		budget.Release(int64(len(q.frame)))
+		bufpool.Put(q.frame)
 		x := q.s.X
 		if x.Err != nil {
 			bw.Flush()
@@ -124,7 +125,7 @@ func (a *Agent) writeResponses(ctx context.Context, nc net.Conn, chain *filter.C
 		}
 		buf = append(buf[:0], 0, 0, 0, 0)
 		buf = binary.BigEndian.AppendUint32(buf, uint32(x.Header.CorrelationID))
-		if responseHeaderFlexible(x.Header.APIKey, x.Header.APIVersion) {
+		if framing.ResponseHeaderFlexible(x.Header.APIKey, x.Header.APIVersion) {
 			buf = append(buf, 0)
 		}
 		if x.Resp != nil {

@@ -127,19 +127,7 @@ func TestProduceAfterItsConnectionDiedWaitsForTheResend(t *testing.T) {
 
 	// The pooled connection batch k went on dies (as when the broker stops
 	// answering): k is in doubt.
-	a.src.mu.RLock()
-	var pooled []*brokerConn
-	for _, slots := range a.src.conns {
-		for _, s := range slots {
-			if c := s.c.Load(); c != nil {
-				pooled = append(pooled, c)
-			}
-		}
-	}
-	a.src.mu.RUnlock()
-	for _, c := range pooled {
-		c.die(errors.New("test: connection killed"))
-	}
+	a.src.CloseConns(errors.New("test: connection killed"))
 
 	// Batch k+1, then a produce to another topic: when the broker gets the
 	// latter, the agent has dispatched k+1 (it dispatches in order).

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/baton-kafka/baton/agent/internal/upstream"
 )
 
 // epochs hands out synthetic leader epochs. Clients drop metadata whose
@@ -22,7 +24,7 @@ type epochs struct {
 }
 
 type epochState struct {
-	up      *upstream
+	up      *upstream.Cluster
 	leader  int32
 	upEpoch int32
 	syn     int32
@@ -34,7 +36,7 @@ func newEpochs(now time.Time) *epochs {
 	return &epochs{base: int32(now.Sub(epochsEpoch) / time.Second), m: map[tp]epochState{}}
 }
 
-func (e *epochs) get(up *upstream, topic string, partition, leader, upEpoch int32) int32 {
+func (e *epochs) get(up *upstream.Cluster, topic string, partition, leader, upEpoch int32) int32 {
 	k := tp{topic, partition}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -66,7 +68,7 @@ func topicID(topic string) [16]byte {
 
 // rewritePartitions makes the agent the leader and only replica of every
 // partition, with synthetic epochs.
-func (a *Agent) rewritePartitions(up *upstream, topic string, ps []kmsg.MetadataResponseTopicPartition) []kmsg.MetadataResponseTopicPartition {
+func (a *Agent) rewritePartitions(up *upstream.Cluster, topic string, ps []kmsg.MetadataResponseTopicPartition) []kmsg.MetadataResponseTopicPartition {
 	self := []int32{a.nodeID}
 	for i := range ps {
 		p := &ps[i]

@@ -6,7 +6,9 @@ import (
 )
 
 // Errors. Every message starts with "agent: "; wrapped errors say where
-// (the field, the broker, the frame).
+// (the field, the broker, the frame). Frame errors are framing's
+// (agent/internal/framing), those of the connections to the clusters
+// upstream's (agent/internal/upstream).
 var (
 	// ErrBadConfig refuses an option; the message names the field at
 	// fault.
@@ -14,20 +16,6 @@ var (
 	// ErrBadRoutes wraps every route file error.
 	ErrBadRoutes = errors.New("agent: bad routes file")
 
-	// ErrFrameTooLarge: a client frame declares a size over MaxFrameBytes
-	// or over what one connection may buffer. Like the other frame errors,
-	// it closes only the connection that sent the frame.
-	ErrFrameTooLarge = errors.New("agent: frame size over the configured maximum")
-	// ErrFrameTooSmall: a frame too short to hold a request (or response)
-	// header.
-	ErrFrameTooSmall = errors.New("agent: frame too small for a request header")
-	// ErrBadHeader: a request header that does not parse.
-	ErrBadHeader = errors.New("agent: malformed request header")
-	// ErrFrameTimeout: a request frame not read whole within FrameTimeout
-	// of its first byte.
-	ErrFrameTimeout = errors.New("agent: request frame not finished within the frame timeout")
-	// ErrIdleTimeout: a client connection sent no request for IdleTimeout.
-	ErrIdleTimeout = errors.New("agent: connection idle past the idle timeout")
 	// ErrUnsupportedRequest closes a connection that sent a request the
 	// agent never advertised.
 	ErrUnsupportedRequest = errors.New("agent: request not supported")
@@ -35,25 +23,9 @@ var (
 	// connection that closed.
 	errClientGone = errors.New("agent: client connection closed")
 
-	// ErrUpstreamClosed: the connection to an upstream broker closed with
-	// the request on it; the message names the broker and why.
-	ErrUpstreamClosed = errors.New("agent: upstream connection closed")
-	// ErrNoBrokers: no broker of a cluster answered.
-	ErrNoBrokers = errors.New("agent: no reachable broker")
-	// errCorrelationSkew: a broker answered requests out of order.
-	errCorrelationSkew = errors.New("agent: upstream answered out of order")
-	// errUnsolicited: a broker answered when no request waited.
-	errUnsolicited = errors.New("agent: upstream sent a response to no request")
-	// errStalled: a broker answered nothing within the stall timeout
-	// while requests waited.
-	errStalled = errors.New("agent: upstream answered nothing for too long")
-	// errNotSent marks a request that never reached the broker whole: the
-	// connection was dead before it, or the write failed. A broker acts
-	// only on a whole frame, so it may be sent again elsewhere.
-	errNotSent = errors.New("agent: request not sent")
-	// errEarlierInDoubt: earlier produce requests of the same partitions
-	// went on a connection that died, so this one is not sent on another.
-	errEarlierInDoubt = errors.New("agent: earlier requests of its partitions are in doubt on a connection that died")
+	// errShuttingDown closes the upstream connections when the agent
+	// stops.
+	errShuttingDown = errors.New("agent: shutting down")
 	// errForwardDeadline: a forwarded produce got no answer within the
 	// forward deadline.
 	errForwardDeadline = errors.New("agent: a forwarded request passed the forward deadline")

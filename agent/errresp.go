@@ -28,7 +28,7 @@ func (a *Agent) errorResponse(req kmsg.Request) (resp kmsg.Response, ok bool) {
 		r := req.ResponseKind().(*kmsg.MetadataResponse)
 		r.Brokers = []kmsg.MetadataResponseBroker{a.selfBroker()}
 		r.ControllerID = a.nodeID
-		r.ClusterID = a.src.lastClusterID()
+		r.ClusterID = a.src.ClusterID()
 		topics := make([]string, 0, len(req.Topics))
 		for _, t := range req.Topics {
 			if t.Topic != nil {

@@ -3,6 +3,7 @@ package agent
 import (
 	"time"
 
+	"github.com/baton-kafka/baton/agent/internal/upstream"
 	"github.com/baton-kafka/baton/filter/hold"
 	"github.com/baton-kafka/baton/migration"
 )
@@ -23,7 +24,7 @@ import (
 // topic stopped also counts this request until it is answered; writes to
 // the destination never touch the count. The caller MUST
 // end that count (sourceUnsent or inflight.done).
-func (r *router) routeWrite(topic string) *upstream {
+func (r *router) routeWrite(topic string) *upstream.Cluster {
 	switch r.a.routes.Lookup(topic).Target() {
 	case ToDestination:
 		return r.a.dst
@@ -75,7 +76,7 @@ func (h holdTopics) Changed() []<-chan struct{} {
 
 // dropSource takes the shards bound for src out of shards, and answers
 // their partitions with the retriable error: nothing of them was sent.
-func dropSource(shards []*shard, src *upstream, codes []int16) []*shard {
+func dropSource(shards []*shard, src *upstream.Cluster, codes []int16) []*shard {
 	kept := shards[:0]
 	for _, s := range shards {
 		if s.up != src {

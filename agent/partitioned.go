@@ -11,6 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/baton-kafka/baton/agent/internal/bufpool"
+	"github.com/baton-kafka/baton/agent/internal/upstream"
 	"github.com/baton-kafka/baton/filter"
 	"github.com/baton-kafka/baton/internal/recordbatch"
 )
@@ -28,21 +30,21 @@ type tp struct {
 // shard is the part of a request one broker serves: indexes into the
 // request's flattened partition list.
 type shard struct {
-	up   *upstream
+	up   *upstream.Cluster
 	addr string
 	idx  []int
 	// conn, when set, is the only upstream connection the shard may go on
 	// (see pins.onConn); nil: any.
-	conn *brokerConn
+	conn *upstream.Conn
 }
 
 // shardByLeader groups parts by leader, or by the broker pinned returns
 // (when not nil) for a part. codes[i] is set, and i left out of every
 // shard, when part i cannot be sent (no leader known, topic held).
-func (r *router) shardByLeader(ctx context.Context, parts []tp, upFor func(topic string) *upstream, pinned func(*upstream, tp) (string, bool)) ([]*shard, []int16) {
+func (r *router) shardByLeader(ctx context.Context, parts []tp, upFor func(topic string) *upstream.Cluster, pinned func(*upstream.Cluster, tp) (string, bool)) ([]*shard, []int16) {
 	codes := make([]int16, len(parts))
 	var shards []*shard
-	byAddr := map[*upstream]map[string]*shard{}
+	byAddr := map[*upstream.Cluster]map[string]*shard{}
 	for i, p := range parts {
 		up := upFor(p.topic)
 		if up == nil {
@@ -55,7 +57,7 @@ func (r *router) shardByLeader(ctx context.Context, parts []tp, upFor func(topic
 		}
 		if !ok {
 			var err error
-			if addr, err = up.leaderAddr(ctx, p.topic, p.partition); err != nil {
+			if addr, err = up.LeaderAddr(ctx, p.topic, p.partition); err != nil {
 				codes[i] = errorCode(err)
 				continue
 			}
@@ -102,7 +104,7 @@ func leaderGone(code int16) bool {
 // sent is one shard's request on the wire.
 type sent struct {
 	s   *shard
-	cl  *call
+	cl  *upstream.Call
 	err error
 }
 
@@ -112,19 +114,19 @@ func (r *router) sendShards(ctx context.Context, shards []*shard, key, ver int16
 		req := build(s)
 		if pr, ok := req.(*kmsg.ProduceRequest); ok {
 			if segs, ok := produceSegments(pr, make([]byte, 0, 256)); ok {
-				cl, err := s.up.sendvOn(ctx, s.addr, r.slot, s.conn, key, ver, clientID, segs, expect)
+				cl, err := s.up.SendvOn(ctx, s.addr, r.slot, s.conn, key, ver, clientID, segs, expect)
 				out[i] = sent{s: s, cl: cl, err: err}
 				continue
 			}
-			body := req.AppendTo(getBuf(encodedSizeHint(req))[:0])
-			cl, err := s.up.sendvOn(ctx, s.addr, r.slot, s.conn, key, ver, clientID, [][]byte{body}, expect)
-			putBuf(body) // written or failed: not kept
+			body := req.AppendTo(bufpool.Get(encodedSizeHint(req))[:0])
+			cl, err := s.up.SendvOn(ctx, s.addr, r.slot, s.conn, key, ver, clientID, [][]byte{body}, expect)
+			bufpool.Put(body) // written or failed: not kept
 			out[i] = sent{s: s, cl: cl, err: err}
 			continue
 		}
-		body := req.AppendTo(getBuf(encodedSizeHint(req))[:0])
+		body := req.AppendTo(bufpool.Get(encodedSizeHint(req))[:0])
 		cl, err := r.sendUp(ctx, s.up, s.addr, key, ver, clientID, body, expect)
-		putBuf(body) // send wrote it
+		bufpool.Put(body) // send wrote it
 		out[i] = sent{s: s, cl: cl, err: err}
 	}
 	return out
@@ -136,7 +138,7 @@ func (r *router) sendShards(ctx context.Context, shards []*shard, key, ver int16
 func notSentCodes(ss []sent, n int) []int16 {
 	var codes []int16
 	for _, s := range ss {
-		if s.err == nil || !errors.Is(s.err, errNotSent) {
+		if s.err == nil || !errors.Is(s.err, upstream.ErrNotSent) {
 			continue
 		}
 		if codes == nil {
@@ -175,7 +177,7 @@ func encodedSizeHint(req kmsg.Request) int {
 // request pipelined behind it, from every client sharing it, and each
 // would resend at once and meet the same slow broker (a retry storm). The
 // connection still dies if its oldest request goes unanswered for the
-// stall timeout (see brokerConn); until the call settles the source may
+// stall timeout (see upstream.Conn); until the call settles the source may
 // still write it, so settleInflight keeps it counted.
 func (r *router) collect(ctx context.Context, ss []sent, key, ver int16, kind func() kmsg.Response, each func(s *shard, resp kmsg.Response, err error)) {
 	for _, x := range ss {
@@ -184,7 +186,7 @@ func (r *router) collect(ctx context.Context, ss []sent, key, ver int16, kind fu
 			continue
 		}
 		body, err := r.waitCall(ctx, x.cl, key)
-		r.a.observeUpstream(x.s.up.name, key, time.Since(x.cl.start), err)
+		r.a.observeUpstream(x.s.up.Name(), key, time.Since(x.cl.Start()), err)
 		if err != nil {
 			each(x.s, nil, err)
 			continue
@@ -201,15 +203,15 @@ func (r *router) collect(ctx context.Context, ss []sent, key, ver int16, kind fu
 
 // waitCall waits for cl's answer; for a produce, at most until the forward
 // deadline after cl was written.
-func (r *router) waitCall(ctx context.Context, cl *call, key int16) ([]byte, error) {
+func (r *router) waitCall(ctx context.Context, cl *upstream.Call, key int16) ([]byte, error) {
 	if key != 0 {
-		return cl.wait(ctx)
+		return cl.Wait(ctx)
 	}
-	ctx, cancel := context.WithDeadline(ctx, cl.start.Add(r.a.forwardDeadline(nil)))
+	ctx, cancel := context.WithDeadline(ctx, cl.Start().Add(r.a.forwardDeadline(nil)))
 	defer cancel()
-	body, err := cl.wait(ctx)
+	body, err := cl.Wait(ctx)
 	if errors.Is(err, context.DeadlineExceeded) {
-		err = fmt.Errorf("%w: %s: %w", errForwardDeadline, cl.conn.addr, err)
+		err = fmt.Errorf("%w: %s: %w", errForwardDeadline, cl.Conn().Addr(), err)
 	}
 	return body, err
 }
@@ -232,7 +234,7 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 	// Where each topic goes is decided now, after the produce hold (see
 	// routeWrite); source-bound topics are counted in flight from here
 	// until answered, for the drain the control plane waits on.
-	ups := map[string]*upstream{}
+	ups := map[string]*upstream.Cluster{}
 	var srcTopics []string
 	for _, t := range req.Topics {
 		if _, ok := ups[t.Topic]; !ok {
@@ -244,7 +246,7 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 		}
 	}
 	fwd := r.a.forwardDeadline(srcTopics)
-	shards, codes := r.shardByLeader(ctx, parts, func(t string) *upstream { return ups[t] }, r.pins.addr)
+	shards, codes := r.shardByLeader(ctx, parts, func(t string) *upstream.Cluster { return ups[t] }, r.pins.addr)
 	shards = r.pins.dropAfterGap(req, shards, codes) // see pin.go
 	shards = r.pins.onConn(shards, parts, codes)     // see pin.go
 	// Idempotent batches toward the destination go under the destination
@@ -263,7 +265,7 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 	if len(shards) == 1 && len(shards[0].idx) == len(parts) && rewritten == nil {
 		// One leader serves the whole request: forward the client's bytes.
 		s := shards[0]
-		cl, err := s.up.sendvOn(ctx, s.addr, r.slot, s.conn, 0, req.Version, x.Header.ClientID, [][]byte{x.RawReq}, expect)
+		cl, err := s.up.SendvOn(ctx, s.addr, r.slot, s.conn, 0, req.Version, x.Header.ClientID, [][]byte{x.RawReq}, expect)
 		ss = []sent{{s: s, cl: cl, err: err}}
 	} else {
 		ss = r.sendShards(ctx, shards, 0, req.Version, x.Header.ClientID, func(s *shard) kmsg.Request {
@@ -289,7 +291,7 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 			return sub
 		}, expect)
 		for _, b := range rewritten {
-			putBuf(b) // sendShards wrote them
+			bufpool.Put(b) // sendShards wrote them
 		}
 	}
 	// A batch that was not sent is a gap at once, before the connection's
@@ -337,7 +339,7 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 						r.a.noteUncertain(req, s.idx) // see uncertain.go
 					}
 					// Uncertain: it may have been written. Retriable, never success.
-					r.a.log.Debug("produce forward failed", "cluster", s.up.name, "broker", s.addr, "err", err)
+					r.a.log.Debug("produce forward failed", "cluster", s.up.Name(), "broker", s.addr, "err", err)
 					for _, i := range s.idx {
 						results[i].ErrorCode = retriable
 					}
@@ -370,7 +372,7 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 						if r.relayLeaderHint(s.up, pr, p, parts[i], out) {
 							hinted = true
 						} else {
-							s.up.forgetLeader(parts[i].topic)
+							s.up.ForgetLeader(parts[i].topic)
 						}
 					}
 				}
@@ -405,7 +407,7 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 // too). A hint naming a real broker would send the client around the agent,
 // so none is relayed when the upstream gave none: the client then refreshes
 // metadata as it would directly. It reports whether out got a hint.
-func (r *router) relayLeaderHint(up *upstream, pr *kmsg.ProduceResponse, p *kmsg.ProduceResponseTopicPartition, part tp, out *kmsg.ProduceResponseTopicPartition) bool {
+func (r *router) relayLeaderHint(up *upstream.Cluster, pr *kmsg.ProduceResponse, p *kmsg.ProduceResponseTopicPartition, part tp, out *kmsg.ProduceResponseTopicPartition) bool {
 	h := p.CurrentLeader
 	if p.ErrorCode != kerr.NotLeaderForPartition.Code || h.LeaderID < 0 || h.LeaderEpoch < 0 {
 		return false
@@ -416,7 +418,7 @@ func (r *router) relayLeaderHint(up *upstream, pr *kmsg.ProduceResponse, p *kmsg
 			addr = net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port)))
 		}
 	}
-	if !up.moveLeader(part.topic, part.partition, h.LeaderID, addr) {
+	if !up.MoveLeader(part.topic, part.partition, h.LeaderID, addr) {
 		return false
 	}
 	out.CurrentLeader.LeaderID = r.a.nodeID
@@ -512,7 +514,7 @@ func (r *router) fetch(ctx context.Context, x *filter.Exchange, req *kmsg.FetchR
 					out.PreferredReadReplica = -1 // only the agent exists
 					results[i] = out
 					if leaderGone(p.ErrorCode) {
-						s.up.forgetLeader(parts[i].topic)
+						s.up.ForgetLeader(parts[i].topic)
 					}
 				}
 			})
@@ -559,7 +561,7 @@ func mergeByPartition[P any](r *router, ctx context.Context, ss []sent, key, ver
 			}
 			results[i] = p
 			if leaderGone(code(p)) {
-				s.up.forgetLeader(parts[i].topic)
+				s.up.ForgetLeader(parts[i].topic)
 			}
 		}
 	})

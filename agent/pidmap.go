@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/baton-kafka/baton/agent/internal/bufpool"
 	"github.com/baton-kafka/baton/internal/recordbatch"
 )
 
@@ -213,14 +214,14 @@ func (m *pidMap) len() int {
 
 // initDestinationPID asks the destination for an idempotent producer id.
 func (a *Agent) initDestinationPID(ctx context.Context) (int64, int16, error) {
-	v := a.dst.version(22, math.MaxInt16)
+	v := a.dst.Version(22, math.MaxInt16)
 	if v < 0 {
 		return 0, 0, errors.New("destination cluster: InitProducerId not supported")
 	}
 	req := kmsg.NewPtrInitProducerIDRequest()
 	req.SetVersion(v)
 	req.TransactionTimeoutMillis = math.MaxInt32 // not transactional: unused, as Java sends it
-	resp, _, err := a.dst.ask(ctx, req)
+	resp, _, err := a.dst.Ask(ctx, req)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -320,7 +321,7 @@ func (r *router) mapProducers(ctx context.Context, req *kmsg.ProduceRequest, sha
 				i++
 				continue
 			}
-			b := append(getBuf(len(p.Records))[:0], p.Records...)
+			b := append(bufpool.Get(len(p.Records))[:0], p.Records...)
 			recordbatch.SetProducer(b[:n], dst)
 			if rewritten == nil {
 				rewritten = map[int][]byte{}

@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/baton-kafka/baton/agent/internal/upstream"
 	"github.com/baton-kafka/baton/internal/recordbatch"
 )
 
@@ -50,10 +51,10 @@ import (
 // pin is where a client connection's outstanding produce requests for one
 // partition went.
 type pin struct {
-	up   *upstream
+	up   *upstream.Cluster
 	addr string
-	conn *brokerConn // the pooled connection they went on
-	n    int         // requests outstanding
+	conn *upstream.Conn // the pooled connection they went on
+	n    int            // requests outstanding
 }
 
 // pins is one client connection's pins. Dispatch reads and adds; the
@@ -170,7 +171,7 @@ func (ps *pins) noteGapCodes(req *kmsg.ProduceRequest, code func(i int) int16) {
 
 // addr returns the broker the connection's outstanding produce requests
 // for p went to, if any went to up.
-func (ps *pins) addr(up *upstream, p tp) (string, bool) {
+func (ps *pins) addr(up *upstream.Cluster, p tp) (string, bool) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if pn := ps.m[p]; pn != nil && pn.up == up {
@@ -197,7 +198,7 @@ func (ps *pins) onConn(shards []*shard, parts []tp, codes []int16) []*shard {
 			if pn == nil || pn.up != s.up || pn.addr != s.addr || pn.conn == nil {
 				continue
 			}
-			if pn.conn.isDead() || (s.conn != nil && s.conn != pn.conn) {
+			if pn.conn.Dead() || (s.conn != nil && s.conn != pn.conn) {
 				refuse = true
 				break
 			}
@@ -235,7 +236,7 @@ func (ps *pins) hold(ss []sent, parts []tp) []heldPin {
 				// topic to the other cluster (never pinned across).
 				pn = &pin{up: s.s.up, addr: s.s.addr}
 				if s.cl != nil {
-					pn.conn = s.cl.conn
+					pn.conn = s.cl.Conn()
 				}
 				if ps.m == nil {
 					ps.m = map[tp]*pin{}

@@ -85,10 +85,10 @@ func TestProduceStaysOnBrokerWhileOutstanding(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The agent learns the new leader (as from another client's Metadata).
-	if _, err := a.src.metadata(ctx, []string{topic}, false); err != nil {
+	if _, err := a.src.Metadata(ctx, []string{topic}, false); err != nil {
 		t.Fatal(err)
 	}
-	if addr, ok := a.src.cachedLeader(topic, 0); !ok || addr != src.Addrs()[newLeader] {
+	if addr, ok := a.src.CachedLeader(topic, 0); !ok || addr != src.Addrs()[newLeader] {
 		t.Fatalf("agent's leader for %s/0 is %q, want the new leader %s", topic, addr, src.Addrs()[newLeader])
 	}
 	send(2, "second")
@@ -200,7 +200,7 @@ func TestProduceAfterNotLeaderWaitsForTheResend(t *testing.T) {
 
 	// The agent learns the leader, which then moves without it knowing.
 	kc := src.Kfake()
-	if _, err := a.src.metadata(ctx, []string{topic}, false); err != nil {
+	if _, err := a.src.Metadata(ctx, []string{topic}, false); err != nil {
 		t.Fatal(err)
 	}
 	if err := kc.MoveTopicPartition(topic, 0, (kc.LeaderFor(topic, 0)+1)%3); err != nil {

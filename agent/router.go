@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/baton-kafka/baton/agent/internal/upstream"
 	"github.com/baton-kafka/baton/filter"
 )
 
@@ -33,7 +34,7 @@ type router struct {
 	// the requests a broker may park (see parks). Closed with the client
 	// connection.
 	ownMu  sync.Mutex
-	own    map[ownKey]*brokerConn
+	own    map[ownKey]*upstream.Conn
 	closed bool
 
 	// pins keeps a partition's produce requests on one broker while some
@@ -42,7 +43,7 @@ type router struct {
 }
 
 type ownKey struct {
-	up   *upstream
+	up   *upstream.Cluster
 	addr string
 }
 
@@ -64,33 +65,33 @@ func parks(key int16) bool {
 
 // sendUp writes a request body to addr: on the pooled upstream connection,
 // or on the client connection's own one for requests a broker may park.
-func (r *router) sendUp(ctx context.Context, up *upstream, addr string, key, ver int16, clientID *string, body []byte, expect bool) (*call, error) {
+func (r *router) sendUp(ctx context.Context, up *upstream.Cluster, addr string, key, ver int16, clientID *string, body []byte, expect bool) (*upstream.Call, error) {
 	if !parks(key) {
-		return up.send(ctx, addr, r.slot, key, ver, clientID, body, expect)
+		return up.Send(ctx, addr, r.slot, key, ver, clientID, body, expect)
 	}
 	c, err := r.ownConn(ctx, up, addr)
 	if err != nil {
 		return nil, err
 	}
-	return c.send(key, ver, clientID, body, expect)
+	return c.Send(key, ver, clientID, body, expect)
 }
 
-func (r *router) ownConn(ctx context.Context, up *upstream, addr string) (*brokerConn, error) {
+func (r *router) ownConn(ctx context.Context, up *upstream.Cluster, addr string) (*upstream.Conn, error) {
 	k := ownKey{up, addr}
 	r.ownMu.Lock()
 	defer r.ownMu.Unlock()
 	if r.closed {
-		return nil, fmt.Errorf("%w: %s: the client connection closed", ErrUpstreamClosed, addr)
+		return nil, fmt.Errorf("%w: %s: the client connection closed", upstream.ErrConnClosed, addr)
 	}
-	if c := r.own[k]; c != nil && !c.isDead() {
+	if c := r.own[k]; c != nil && !c.Dead() {
 		return c, nil
 	}
-	c, err := dialBroker(ctx, addr, up.dialTO, up.readTO)
+	c, err := up.Dial(ctx, addr)
 	if err != nil {
-		return nil, fmt.Errorf("%s cluster: dialing %s: %w", up.name, addr, err)
+		return nil, err
 	}
 	if r.own == nil {
-		r.own = map[ownKey]*brokerConn{}
+		r.own = map[ownKey]*upstream.Conn{}
 	}
 	r.own[k] = c
 	return c, nil
@@ -102,7 +103,7 @@ func (r *router) close() {
 	defer r.ownMu.Unlock()
 	r.closed = true
 	for _, c := range r.own {
-		c.die(errClientGone)
+		c.Close(errClientGone)
 	}
 	r.own = nil
 }
@@ -197,7 +198,7 @@ func (r *router) dispatch(ctx context.Context, x *filter.Exchange) filter.Pendin
 		return r.toCoordinator(ctx, x, typ, key)
 	}
 	if _, ok := x.Req.(kmsg.AdminRequest); ok {
-		addr, err := r.a.src.controllerAddr(ctx)
+		addr, err := r.a.src.ControllerAddr(ctx)
 		if err != nil {
 			return filter.Done{Err: err}
 		}
@@ -255,15 +256,15 @@ func coordinatorOf(req kmsg.Request) (int8, string, bool) {
 
 // forwardRaw sends the client's request body unchanged to addr and answers
 // with the broker's response body unchanged.
-func (r *router) forwardRaw(ctx context.Context, x *filter.Exchange, up *upstream, addr string) filter.Pending {
+func (r *router) forwardRaw(ctx context.Context, x *filter.Exchange, up *upstream.Cluster, addr string) filter.Pending {
 	start := time.Now()
 	cl, err := r.sendUp(ctx, up, addr, x.Header.APIKey, x.Header.APIVersion, x.Header.ClientID, x.RawReq, true)
 	if err != nil {
 		return filter.Done{Err: err}
 	}
 	return pendingFunc(func(ctx context.Context) error {
-		body, err := cl.wait(ctx)
-		r.a.observeUpstream(up.name, x.Header.APIKey, time.Since(start), err)
+		body, err := cl.Wait(ctx)
+		r.a.observeUpstream(up.Name(), x.Header.APIKey, time.Since(start), err)
 		if err != nil {
 			return err
 		}
@@ -274,16 +275,16 @@ func (r *router) forwardRaw(ctx context.Context, x *filter.Exchange, up *upstrea
 
 func (r *router) toAnyBroker(ctx context.Context, x *filter.Exchange) filter.Pending {
 	up := r.a.src
-	addrs := up.anyBrokers()
+	addrs := up.AnyBrokers()
 	if len(addrs) == 0 {
-		return filter.Done{Err: ErrNoBrokers}
+		return filter.Done{Err: upstream.ErrNoBrokers}
 	}
 	return r.forwardRaw(ctx, x, up, addrs[0])
 }
 
 func (r *router) toCoordinator(ctx context.Context, x *filter.Exchange, typ int8, key string) filter.Pending {
 	up := r.a.src
-	addr, err := up.coordinatorAddr(ctx, typ, key, false)
+	addr, err := up.CoordinatorAddr(ctx, typ, key, false)
 	if err != nil {
 		// Let the client see a coordinator error it knows to retry.
 		return filter.Done{Err: fmt.Errorf("finding coordinator for %q: %w", key, err)}
@@ -292,14 +293,14 @@ func (r *router) toCoordinator(ctx context.Context, x *filter.Exchange, typ int8
 	return pendingFunc(func(ctx context.Context) error {
 		err := p.Wait(ctx)
 		if err != nil {
-			up.forgetCoordinator(typ, key)
+			up.ForgetCoordinator(typ, key)
 		}
 		return err
 	})
 }
 
 // upstreamFor returns the cluster a topic's reads and metadata come from.
-func (r *router) upstreamFor(topic string) *upstream {
+func (r *router) upstreamFor(topic string) *upstream.Cluster {
 	if r.a.routes.Lookup(topic).Target() == ToDestination {
 		return r.a.dst
 	}
@@ -338,11 +339,11 @@ func (r *router) metadata(ctx context.Context, x *filter.Exchange, req *kmsg.Met
 			}
 		}
 	}
-	add := func(up *upstream, topics []string, keep func(string) bool) error {
+	add := func(up *upstream.Cluster, topics []string, keep func(string) bool) error {
 		if topics != nil && len(topics) == 0 {
 			return nil
 		}
-		md, err := up.metadata(ctx, topics, req.AllowAutoTopicCreation)
+		md, err := up.Metadata(ctx, topics, req.AllowAutoTopicCreation)
 		if err != nil {
 			return err
 		}
@@ -374,7 +375,7 @@ func (r *router) metadata(ctx context.Context, x *filter.Exchange, req *kmsg.Met
 	}
 	// One cluster id whichever cluster answered: through the agent a
 	// client sees one cluster, and librdkafka warns when its id changes.
-	if id := r.a.src.lastClusterID(); id != nil {
+	if id := r.a.src.ClusterID(); id != nil {
 		resp.ClusterID = id
 	}
 	x.Resp = resp
@@ -385,7 +386,7 @@ func (r *router) findCoordinator(ctx context.Context, x *filter.Exchange, req *k
 	resp := req.ResponseKind().(*kmsg.FindCoordinatorResponse)
 	self := r.a.selfBroker()
 	answer := func(key string) (int16, *string) {
-		if _, err := r.a.src.coordinatorAddr(ctx, req.CoordinatorType, key, true); err != nil {
+		if _, err := r.a.src.CoordinatorAddr(ctx, req.CoordinatorType, key, true); err != nil {
 			var ke *kerr.Error
 			if errors.As(err, &ke) {
 				return ke.Code, nil

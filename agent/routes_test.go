@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-kafka/baton/agent/internal/upstream"
 	"github.com/baton-kafka/baton/migration"
 )
 
@@ -68,10 +69,10 @@ func TestRouteTargets(t *testing.T) {
 func TestEpochsNeverGoBackwards(t *testing.T) {
 	t.Parallel()
 	e := newEpochs(time.Now())
-	src, dst := &upstream{name: "s"}, &upstream{name: "d"}
+	src, dst := upstream.New(upstream.Config{Name: "s"}), upstream.New(upstream.Config{Name: "d"})
 	last := e.get(src, "t", 0, 1, 5)
 	steps := []struct {
-		up            *upstream
+		up            *upstream.Cluster
 		leader, epoch int32
 	}{
 		{src, 1, 5}, {src, 2, 6}, {dst, 0, 1}, {dst, 0, 0}, {src, 2, 6},

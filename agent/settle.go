@@ -1,6 +1,10 @@
 package agent
 
-import "time"
+import (
+	"time"
+
+	"github.com/baton-kafka/baton/agent/internal/upstream"
+)
 
 // settleInflight ends one produce's in-flight count for topics (see
 // inflight) once the source can no longer write it: when the source
@@ -14,7 +18,7 @@ func (a *Agent) settleInflight(topics []string, ss []sent) {
 	if len(topics) == 0 {
 		return
 	}
-	var calls []*call
+	var calls []*upstream.Call
 	pending := false
 	for _, s := range ss {
 		if s.err != nil || s.cl == nil || s.s.up != a.src {
@@ -22,7 +26,7 @@ func (a *Agent) settleInflight(topics []string, ss []sent) {
 		}
 		calls = append(calls, s.cl)
 		select {
-		case <-s.cl.done:
+		case <-s.cl.Done():
 		default:
 			pending = true
 		}
@@ -30,7 +34,7 @@ func (a *Agent) settleInflight(topics []string, ss []sent) {
 	finish := func() {
 		var died time.Time
 		for _, cl := range calls {
-			if answered, at := cl.settled(); !answered && at.After(died) {
+			if answered, at := cl.Settled(); !answered && at.After(died) {
 				died = at
 			}
 		}
@@ -44,7 +48,7 @@ func (a *Agent) settleInflight(topics []string, ss []sent) {
 	// timeout, failing every call on it.
 	go func() {
 		for _, cl := range calls {
-			<-cl.done
+			<-cl.Done()
 		}
 		finish()
 	}()

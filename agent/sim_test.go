@@ -51,6 +51,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/baton-kafka/baton/agent/internal/upstream"
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/controlplane"
 	"github.com/baton-kafka/baton/filter"
@@ -502,8 +503,10 @@ func (p *simPod) restart(rescheduled bool) {
 		routes:  NewRouteTable(nil),
 		metrics: newMetrics(prometheus.NewRegistry()),
 	}
-	a.src = newUpstream("source", []string{"source:9092"}, 1, time.Second, time.Second, simQuiet)
-	a.dst = newUpstream("destination", []string{"destination:9092"}, 1, time.Second, time.Second, simQuiet)
+	a.src = upstream.New(upstream.Config{Name: "source", Bootstrap: []string{"source:9092"}, PoolSize: 1,
+		DialTimeout: time.Second, ReadTimeout: time.Second, Log: simQuiet})
+	a.dst = upstream.New(upstream.Config{Name: "destination", Bootstrap: []string{"destination:9092"}, PoolSize: 1,
+		DialTimeout: time.Second, ReadTimeout: time.Second, Log: simQuiet})
 	conn := &simLeaseConn{p: p, node: node, rng: p.w.rng(uint64(200 + 10*p.epoch + int(p.id>>40)))}
 	keeper, err := xds.NewLeaseKeeper(conn, xds.NodeMeta(node, "ns", "wl"), a.leaseReport,
 		xds.ClientLogger(simQuiet))

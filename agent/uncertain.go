@@ -112,12 +112,12 @@ const sourceSearchRecords = 1 << 20
 // findInSource returns the offset of the batch k in the source, searching
 // back from the partition's end in growing windows.
 func (a *Agent) findInSource(ctx context.Context, k uncertainKey) (int64, error) {
-	addr, err := a.src.leaderAddr(ctx, k.part.topic, k.part.partition)
+	addr, err := a.src.LeaderAddr(ctx, k.part.topic, k.part.partition)
 	if err != nil {
 		return 0, err
 	}
 	lo := kmsg.NewPtrListOffsetsRequest()
-	lo.SetVersion(max(min(a.src.version(2, 7), 7), 1))
+	lo.SetVersion(max(min(a.src.Version(2, 7), 7), 1))
 	lo.ReplicaID = -1
 	lt := kmsg.NewListOffsetsRequestTopic()
 	lt.Topic = k.part.topic
@@ -125,7 +125,7 @@ func (a *Agent) findInSource(ctx context.Context, k uncertainKey) (int64, error)
 	lp.Partition, lp.Timestamp, lp.CurrentLeaderEpoch = k.part.partition, -1, -1
 	lt.Partitions = append(lt.Partitions, lp)
 	lo.Topics = append(lo.Topics, lt)
-	resp, err := a.src.roundTrip(ctx, addr, lo)
+	resp, err := a.src.RoundTrip(ctx, addr, lo)
 	if err != nil {
 		return 0, err
 	}
@@ -153,7 +153,7 @@ func (a *Agent) findInSource(ctx context.Context, k uncertainKey) (int64, error)
 func (a *Agent) scanSource(ctx context.Context, addr string, k uncertainKey, from, end int64) (int64, error) {
 	for from < end {
 		fr := kmsg.NewPtrFetchRequest()
-		fr.SetVersion(max(min(a.src.version(1, 12), 12), 4))
+		fr.SetVersion(max(min(a.src.Version(1, 12), 12), 4))
 		fr.ReplicaID, fr.MaxWaitMillis, fr.MinBytes, fr.MaxBytes = -1, 0, 1, 16<<20
 		ft := kmsg.NewFetchRequestTopic()
 		ft.Topic = k.part.topic
@@ -161,7 +161,7 @@ func (a *Agent) scanSource(ctx context.Context, addr string, k uncertainKey, fro
 		fp.Partition, fp.FetchOffset, fp.PartitionMaxBytes, fp.CurrentLeaderEpoch, fp.LogStartOffset = k.part.partition, from, 16<<20, -1, -1
 		ft.Partitions = append(ft.Partitions, fp)
 		fr.Topics = append(fr.Topics, ft)
-		resp, err := a.src.roundTrip(ctx, addr, fr)
+		resp, err := a.src.RoundTrip(ctx, addr, fr)
 		if err != nil {
 			return 0, err
 		}

@@ -49,7 +49,7 @@ type versionRange struct{ min, max int16 }
 // clusters support (only the source's while the destination is unknown).
 // It is computed once per change of what the clusters told us.
 func (a *Agent) advertised() map[int16]versionRange {
-	src, dst := a.src.versionsSeen.Load(), a.dst.versionsSeen.Load()
+	src, dst := a.src.VersionsSeen(), a.dst.VersionsSeen()
 	if c := a.advCache.Load(); c != nil && c.src == src && c.dst == dst {
 		return c.keys
 	}
@@ -65,12 +65,7 @@ type advertisedCache struct {
 
 func (a *Agent) computeAdvertised() map[int16]versionRange {
 	out := make(map[int16]versionRange, len(agentKeys))
-	a.src.mu.RLock()
-	srcV := a.src.versions
-	a.src.mu.RUnlock()
-	a.dst.mu.RLock()
-	dstV := a.dst.versions
-	a.dst.mu.RUnlock()
+	srcV, dstV := a.src.Versions(), a.dst.Versions()
 	for key, cap := range agentKeys {
 		req := kmsg.RequestForKey(key)
 		if req == nil {
@@ -117,13 +112,11 @@ func (a *Agent) apiVersionsResponse(version int16, errCode int16) kmsg.Response 
 	sortKeys(resp.ApiKeys)
 	// Clients read finalized features (transaction.version) from here;
 	// report the source's, which is where writes go until cutover.
-	a.src.mu.RLock()
-	if f := a.src.features; f != nil {
+	if f := a.src.Features(); f != nil {
 		resp.SupportedFeatures = f.SupportedFeatures
 		resp.FinalizedFeaturesEpoch = f.FinalizedFeaturesEpoch
 		resp.FinalizedFeatures = f.FinalizedFeatures
 	}
-	a.src.mu.RUnlock()
 	return resp
 }
 

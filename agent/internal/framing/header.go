@@ -1,4 +1,9 @@
-package agent
+// Package framing owns the Kafka wire framing of the agent: reading
+// size-prefixed frames (a client's requests within the agent's buffer
+// budget and deadlines, see Reader; a broker's responses whole, see
+// ReadFrame), splitting a request frame into header and body, and encoding
+// request headers. Frames it returns are pooled buffers (package bufpool).
+package framing
 
 import (
 	"encoding/binary"
@@ -8,13 +13,15 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/baton-kafka/baton/agent/internal/bufpool"
 	"github.com/baton-kafka/baton/filter"
 )
 
-// readFrame reads one size-prefixed frame into a pooled buffer; putBuf it
-// when done. It allocates the declared size at once, so it is only for
-// upstream brokers' responses; client requests go through frameReader.
-func readFrame(r io.Reader, max int32) ([]byte, error) {
+// ReadFrame reads one size-prefixed frame of at most max bytes into a
+// pooled buffer, which the caller MUST bufpool.Put when done. It allocates
+// the declared size at once, so it is only for upstream brokers'
+// responses; client requests go through a Reader.
+func ReadFrame(r io.Reader, max int32) ([]byte, error) {
 	var sz [4]byte
 	if _, err := io.ReadFull(r, sz[:]); err != nil {
 		return nil, err
@@ -26,9 +33,9 @@ func readFrame(r io.Reader, max int32) ([]byte, error) {
 	case n < 8:
 		return nil, fmt.Errorf("%w: %d bytes", ErrFrameTooSmall, n)
 	}
-	buf := getBuf(int(n))
+	buf := bufpool.Get(int(n))
 	if _, err := io.ReadFull(r, buf); err != nil {
-		putBuf(buf)
+		bufpool.Put(buf)
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
 		}
@@ -37,10 +44,14 @@ func readFrame(r io.Reader, max int32) ([]byte, error) {
 	return buf, nil
 }
 
-// parseRequest splits a request frame into header and body and decodes the
-// body when kmsg knows the key and version. A nil Req with a nil error means
-// the frame is well formed but the agent does not decode it.
-func parseRequest(frame []byte) (*filter.Exchange, error) {
+// ParseRequest splits a request frame (without its size prefix) into
+// header and body and decodes the body when kmsg knows the key and
+// version. A nil Req with a nil error means the frame is well formed but
+// the agent does not decode it. The Exchange's RawReq and the decoded
+// request's byte fields (a produce's records) point into frame, which the
+// caller MUST NOT reuse while the Exchange is in use; frame itself is not
+// modified.
+func ParseRequest(frame []byte) (*filter.Exchange, error) {
 	if len(frame) < 8 {
 		return nil, ErrFrameTooSmall
 	}
@@ -76,7 +87,7 @@ func parseRequest(frame []byte) (*filter.Exchange, error) {
 	if req.IsFlexible() {
 		// Request header v2 adds tagged fields, which no request uses yet.
 		var err error
-		if rest, err = skipTags(rest); err != nil {
+		if rest, err = SkipTags(rest); err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrBadHeader, err)
 		}
 	}
@@ -88,8 +99,9 @@ func parseRequest(frame []byte) (*filter.Exchange, error) {
 	return x, nil
 }
 
-// skipTags skips a tagged-field section.
-func skipTags(b []byte) ([]byte, error) {
+// SkipTags skips the tagged-field section at the start of b (a flexible
+// header's) and returns what follows it.
+func SkipTags(b []byte) ([]byte, error) {
 	n, b, err := uvarint(b)
 	if err != nil {
 		return nil, err
@@ -118,8 +130,10 @@ func uvarint(b []byte) (uint64, []byte, error) {
 	return v, b[n:], nil
 }
 
-// appendRequestHeader appends a request header (v1, or v2 when flexible).
-func appendRequestHeader(dst []byte, key, version int16, corr int32, clientID *string, flexible bool) []byte {
+// AppendRequestHeader appends a request header to dst: v1, or v2 (with an
+// empty tagged-field section) when flexible, which MUST be
+// RequestHeaderFlexible(key, version) for a broker to read it.
+func AppendRequestHeader(dst []byte, key, version int16, corr int32, clientID *string, flexible bool) []byte {
 	dst = binary.BigEndian.AppendUint16(dst, uint16(key))
 	dst = binary.BigEndian.AppendUint16(dst, uint16(version))
 	dst = binary.BigEndian.AppendUint32(dst, uint32(corr))
@@ -135,10 +149,10 @@ func appendRequestHeader(dst []byte, key, version int16, corr int32, clientID *s
 	return dst
 }
 
-// responseHeaderFlexible says whether a response to key at version carries
+// ResponseHeaderFlexible says whether a response to key at version carries
 // header v1 (tagged fields). ApiVersions responses never do, so that a
 // client can read them before it knows what the broker supports.
-func responseHeaderFlexible(key, version int16) bool {
+func ResponseHeaderFlexible(key, version int16) bool {
 	if key == 18 {
 		return false
 	}
@@ -150,8 +164,9 @@ func responseHeaderFlexible(key, version int16) bool {
 	return req.IsFlexible()
 }
 
-// isFlexible says whether requests of key at version use flexible encoding.
-func isFlexible(key, version int16) bool {
+// RequestHeaderFlexible says whether requests of key at version use
+// flexible encoding, and so request header v2.
+func RequestHeaderFlexible(key, version int16) bool {
 	req := kmsg.RequestForKey(key)
 	if req == nil {
 		return false

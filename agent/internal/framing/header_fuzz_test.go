@@ -1,4 +1,4 @@
-package agent
+package framing
 
 import (
 	"bytes"
@@ -14,7 +14,7 @@ func FuzzParseRequest(f *testing.F) {
 	seed := func(req kmsg.Request, version int16) {
 		req.SetVersion(version)
 		id := "fuzz"
-		b := appendRequestHeader(nil, req.Key(), version, 7, &id, req.IsFlexible())
+		b := AppendRequestHeader(nil, req.Key(), version, 7, &id, req.IsFlexible())
 		f.Add(req.AppendTo(b))
 	}
 	produce := kmsg.NewPtrProduceRequest()
@@ -39,9 +39,9 @@ func FuzzParseRequest(f *testing.F) {
 
 	f.Fuzz(func(t *testing.T, frame []byte) {
 		orig := bytes.Clone(frame)
-		x, err := parseRequest(frame)
+		x, err := ParseRequest(frame)
 		if !bytes.Equal(orig, frame) {
-			t.Fatal("parseRequest modified its input")
+			t.Fatal("ParseRequest modified its input")
 		}
 		if err != nil {
 			return

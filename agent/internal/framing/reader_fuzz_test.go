@@ -1,7 +1,6 @@
-package agent
+package framing
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -10,6 +9,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/baton-kafka/baton/agent/internal/bufpool"
 )
 
 // FuzzFrameReader feeds an arbitrary byte stream to the client framing:
@@ -29,13 +30,13 @@ func FuzzFrameReader(f *testing.F) {
 		client, server := net.Pipe()
 		defer server.Close()
 		go func() { client.Write(stream); client.Close() }()
-		b := newRequestBudget(total, perConn)
-		fr := &frameReader{nc: server, br: bufio.NewReader(server), budget: b.forConn(),
-			maxFrame: maxFrame, frameTimeout: time.Minute, idleTimeout: time.Minute}
+		b := NewBudget(total, perConn)
+		cb := b.ForConn()
+		fr := NewReader(server, cb, Limits{MaxFrame: maxFrame, FrameTimeout: time.Minute, IdleTimeout: time.Minute})
 		rest := stream
 		for {
-			got, err := fr.next(context.Background())
-			if held := b.held.Load(); held < 0 || held > perConn {
+			got, err := fr.Next(context.Background())
+			if held := b.Held(); held < 0 || held > perConn {
 				t.Fatalf("budget holds %d, bound %d", held, perConn)
 			}
 			if err != nil {
@@ -44,7 +45,7 @@ func FuzzFrameReader(f *testing.F) {
 				default:
 					t.Fatalf("stream ended with %v", err)
 				}
-				if held := b.held.Load(); held != 0 {
+				if held := b.Held(); held != 0 {
 					t.Fatalf("%d bytes still charged after a failed frame", held)
 				}
 				return
@@ -54,9 +55,9 @@ func FuzzFrameReader(f *testing.F) {
 				t.Fatalf("frame of %d bytes, stream says %d", len(got), n)
 			}
 			rest = rest[4+n:]
-			fr.budget.release(int64(len(got)))
-			putBuf(got)
-			if held := b.held.Load(); held != 0 {
+			cb.Release(int64(len(got)))
+			bufpool.Put(got)
+			if held := b.Held(); held != 0 {
 				t.Fatalf("%d bytes still charged after release", held)
 			}
 		}

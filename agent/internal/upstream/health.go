@@ -1,4 +1,4 @@
-package agent
+package upstream
 
 import (
 	"strings"
@@ -19,7 +19,7 @@ type clusterHealth struct {
 }
 
 // unreachable records that no broker of u answered; err says why.
-func (u *upstream) unreachable(err error) {
+func (u *Cluster) unreachable(err error) {
 	h := &u.health
 	h.mu.Lock()
 	first, never := h.lost.IsZero(), !h.reached
@@ -34,11 +34,11 @@ func (u *upstream) unreachable(err error) {
 	if never && h.startNote != "" {
 		msg += "; " + h.startNote
 	}
-	u.log.Warn(msg, "brokers", strings.Join(u.anyBrokers(), ","), "err", err)
+	u.log.Warn(msg, "brokers", strings.Join(u.AnyBrokers(), ","), "err", err)
 }
 
 // reachable records that broker addr of u answered.
-func (u *upstream) reachable(addr string) {
+func (u *Cluster) reachable(addr string) {
 	h := &u.health
 	h.mu.Lock()
 	lost, first := h.lost, !h.reached

@@ -1,4 +1,4 @@
-package agent
+package framing
 
 import (
 	"bufio"
@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/semaphore"
+
+	"github.com/baton-kafka/baton/agent/internal/bufpool"
 )
 
 // firstChunk is the most a frame's buffer starts with. It then doubles as
@@ -19,33 +21,42 @@ import (
 // size it declares.
 const firstChunk = 64 << 10
 
-// requestBudget bounds request bytes read from clients but not yet
-// answered: per connection and across the agent. Bytes are charged as a
-// frame's buffer grows and released when its response is written (or the
-// connection ends), so a client that stops reading answers, or a frame
-// that never finishes, holds only what it actually sent.
-type requestBudget struct {
+// Budget bounds request bytes read from clients but not yet answered: per
+// connection and across the agent. Bytes are charged as a frame's buffer
+// grows and released when its response is written (or the connection
+// ends), so a client that stops reading answers, or a frame that never
+// finishes, holds only what it actually sent.
+type Budget struct {
 	global  *semaphore.Weighted
 	perConn int64
 	held    atomic.Int64 // across the agent, for the gauge
 }
 
-func newRequestBudget(total, perConn int64) *requestBudget {
-	return &requestBudget{global: semaphore.NewWeighted(total), perConn: perConn}
+// NewBudget returns a budget of total bytes across the agent and perConn
+// bytes per connection. perConn MUST NOT exceed total.
+func NewBudget(total, perConn int64) *Budget {
+	return &Budget{global: semaphore.NewWeighted(total), perConn: perConn}
 }
 
-// connBudget is one connection's share of a requestBudget.
-type connBudget struct {
-	b    *requestBudget
+// Held is how many bytes are charged now, across the agent.
+func (b *Budget) Held() int64 { return b.held.Load() }
+
+// ConnBudget is one connection's share of a Budget.
+type ConnBudget struct {
+	b    *Budget
 	conn *semaphore.Weighted
 }
 
-func (b *requestBudget) forConn() *connBudget {
-	return &connBudget{b: b, conn: semaphore.NewWeighted(b.perConn)}
+// ForConn returns a new connection's share of b.
+func (b *Budget) ForConn() *ConnBudget {
+	return &ConnBudget{b: b, conn: semaphore.NewWeighted(b.perConn)}
 }
 
-// release gives back n bytes charged to the connection.
-func (c *connBudget) release(n int64) {
+// Release gives back n bytes charged to the connection: for a frame from
+// Reader.Next, len(frame), once. The caller MUST release each frame's
+// bytes, answered or not, or the connection (and, in the end, the agent)
+// stops reading.
+func (c *ConnBudget) Release(n int64) {
 	if n == 0 {
 		return
 	}
@@ -54,25 +65,45 @@ func (c *connBudget) release(n int64) {
 	c.b.held.Add(-n)
 }
 
-// frameReader reads request frames from one client connection within the
+// Limits are a Reader's bounds besides its budget.
+type Limits struct {
+	// MaxFrame is the largest frame size accepted (MaxFrameBytes).
+	MaxFrame int32
+	// FrameTimeout bounds reading one frame from its first byte.
+	FrameTimeout time.Duration
+	// IdleTimeout bounds the wait for a frame's first byte.
+	IdleTimeout time.Duration
+}
+
+// Reader reads request frames from one client connection within the
 // agent's bounds: frame size, buffered bytes, the partial-frame deadline
-// and the idle deadline.
-type frameReader struct {
+// and the idle deadline. It sets nc's read deadline; only one goroutine
+// may call Next.
+type Reader struct {
 	nc           net.Conn
 	br           *bufio.Reader
-	budget       *connBudget
+	budget       *ConnBudget
 	maxFrame     int32
 	frameTimeout time.Duration
 	idleTimeout  time.Duration
 }
 
-// next reads the next frame, charging its bytes to the budget; the caller
-// releases len(frame) once the frame is answered and putBufs it. Waiting
+// NewReader returns a Reader of nc charging budget.
+func NewReader(nc net.Conn, budget *ConnBudget, lim Limits) *Reader {
+	return &Reader{
+		nc: nc, br: bufio.NewReaderSize(nc, 64<<10), budget: budget,
+		maxFrame: lim.MaxFrame, frameTimeout: lim.FrameTimeout, idleTimeout: lim.IdleTimeout,
+	}
+}
+
+// Next reads the next frame (without its size prefix) into a pooled
+// buffer, charging its bytes to the budget; the caller MUST Release
+// len(frame) once the frame is answered and bufpool.Put it. Waiting
 // for the connection's own budget (its earlier requests are being answered)
 // does not count towards the frame timeout; waiting for the agent-wide
 // budget does, so that frames which together exceed it cannot hold each
 // other's space forever.
-func (r *frameReader) next(ctx context.Context) ([]byte, error) {
+func (r *Reader) Next(ctx context.Context) ([]byte, error) {
 	if r.br.Buffered() == 0 {
 		r.nc.SetReadDeadline(time.Now().Add(r.idleTimeout))
 		if _, err := r.br.Peek(1); err != nil {
@@ -100,8 +131,8 @@ func (r *frameReader) next(ctx context.Context) ([]byte, error) {
 	}
 	var buf []byte
 	fail := func(err error) ([]byte, error) {
-		r.budget.release(int64(len(buf)))
-		putBuf(buf)
+		r.budget.Release(int64(len(buf)))
+		bufpool.Put(buf)
 		return nil, err
 	}
 	for have := 0; have < int(n); {
@@ -125,9 +156,9 @@ func (r *frameReader) next(ctx context.Context) ([]byte, error) {
 				return fail(err)
 			}
 			r.budget.b.held.Add(more)
-			next := getBuf(grown)
+			next := bufpool.Get(grown)
 			copy(next, buf[:have])
-			putBuf(buf)
+			bufpool.Put(buf)
 			buf = next
 			r.nc.SetReadDeadline(deadline)
 		}
@@ -144,7 +175,7 @@ func (r *frameReader) next(ctx context.Context) ([]byte, error) {
 }
 
 // partialErr is err for a frame cut short.
-func (r *frameReader) partialErr(err error) error {
+func (r *Reader) partialErr(err error) error {
 	switch {
 	case errors.Is(err, ErrFrameTimeout):
 		return err

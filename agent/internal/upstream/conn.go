@@ -1,0 +1,282 @@
+package upstream
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/baton-kafka/baton/agent/internal/framing"
+)
+
+// Conn is one pipelined connection to one broker: requests are written in
+// call order and answered in the same order, per the protocol. It is safe
+// for concurrent use.
+//
+// It reads all the time, not only while a request waits: a broker that
+// restarts or resets the connection while it idles is noticed at once, so
+// the next request redials instead of being written into a dead socket
+// (where its outcome would be unknown).
+type Conn struct {
+	addr string
+	nc   net.Conn
+	// stallTimeout bounds how long the oldest request may wait for its
+	// answer before the connection is given up (a hung broker): the read
+	// deadline follows the oldest outstanding request.
+	stallTimeout time.Duration
+
+	wmu  sync.Mutex
+	corr int32
+	buf  []byte
+	iov  [][]byte
+
+	qmu   sync.Mutex
+	queue []*Call // written, unanswered, in write order
+
+	dead   chan struct{}
+	once   sync.Once
+	err    atomic.Pointer[error]
+	diedAt atomic.Int64 // unix nanoseconds
+}
+
+// Call is one request written on a Conn, waiting for its answer.
+type Call struct {
+	conn  *Conn
+	corr  int32
+	key   int16
+	ver   int16
+	done  chan struct{}
+	resp  []byte
+	err   error
+	start time.Time // when it was written upstream
+}
+
+func dial(ctx context.Context, addr string, dialTimeout, stallTimeout time.Duration) (*Conn, error) {
+	d := net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	c := &Conn{
+		addr:         addr,
+		nc:           nc,
+		stallTimeout: stallTimeout,
+		dead:         make(chan struct{}),
+	}
+	go c.readLoop()
+	return c, nil
+}
+
+// Addr is the broker's address.
+func (c *Conn) Addr() string { return c.addr }
+
+// Dead says whether the connection died (closed by either side, a write
+// failed, or the broker answered wrong or not at all): a request written
+// on it now would not be sent.
+func (c *Conn) Dead() bool {
+	select {
+	case <-c.dead:
+		return true
+	default:
+		return false
+	}
+}
+
+// Close closes the connection and fails every request still waiting on it
+// with ErrConnClosed wrapping cause. Requests already answered keep their
+// answer.
+func (c *Conn) Close(cause error) { c.die(cause) }
+
+// die closes the connection and fails every request still waiting on it.
+func (c *Conn) die(err error) {
+	c.once.Do(func() {
+		c.err.Store(&err)
+		c.diedAt.Store(time.Now().UnixNano())
+		close(c.dead)
+		c.nc.Close()
+		c.qmu.Lock()
+		q := c.queue
+		c.queue = nil
+		c.qmu.Unlock()
+		derr := c.deathErr()
+		for _, cl := range q {
+			cl.err = derr
+			close(cl.done)
+		}
+	})
+}
+
+func (c *Conn) deathErr() error {
+	if p := c.err.Load(); p != nil {
+		return fmt.Errorf("%w: %s: %w", ErrConnClosed, c.addr, nested(*p))
+	}
+	return fmt.Errorf("%w: %s", ErrConnClosed, c.addr)
+}
+
+// Send writes one request of key at version ver with body, under a header
+// naming clientID. When expectResp is false (acks=0 produce) it returns a
+// nil Call: nothing is kept, so nothing leaks. An error wrapping
+// ErrNotSent means the broker cannot have seen the request; after any
+// other error it may have. Send does not keep body.
+func (c *Conn) Send(key, ver int16, clientID *string, body []byte, expectResp bool) (*Call, error) {
+	return c.sendv(key, ver, clientID, [][]byte{body}, expectResp)
+}
+
+// sendv writes one request whose body is the concatenation of segs, with
+// one writev and without copying the segments. An error wrapping
+// ErrNotSent means the broker cannot have seen the request.
+func (c *Conn) sendv(key, ver int16, clientID *string, segs [][]byte, expectResp bool) (*Call, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.Dead() {
+		return nil, fmt.Errorf("%w: %w", ErrNotSent, nested(c.deathErr()))
+	}
+	c.corr++
+	cl := &Call{conn: c, corr: c.corr, key: key, ver: ver, done: make(chan struct{}), start: time.Now()}
+	c.buf = framing.AppendRequestHeader(append(c.buf[:0], 0, 0, 0, 0), key, ver, c.corr, clientID, framing.RequestHeaderFlexible(key, ver))
+	size := len(c.buf) - 4
+	for _, s := range segs {
+		size += len(s)
+	}
+	binary.BigEndian.PutUint32(c.buf, uint32(size))
+	// Queued before it is written: the answer may come before Write returns.
+	if expectResp && !c.enqueue(cl) {
+		return nil, fmt.Errorf("%w: %w", ErrNotSent, nested(c.deathErr()))
+	}
+	c.iov = append(append(c.iov[:0], c.buf), segs...)
+	bufs := net.Buffers(c.iov)
+	_, err := bufs.WriteTo(c.nc)
+	clear(c.iov) // drop references to the caller's buffers
+	if err != nil {
+		// Part of the frame at most reached the broker, which acts only
+		// on whole frames: not sent.
+		c.die(err)
+		return nil, fmt.Errorf("%w: %w", ErrNotSent, nested(c.deathErr()))
+	}
+	if !expectResp {
+		return nil, nil
+	}
+	return cl, nil
+}
+
+// enqueue adds a call about to be written; false if the connection died.
+func (c *Conn) enqueue(cl *Call) bool {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	if c.Dead() {
+		return false
+	}
+	c.queue = append(c.queue, cl)
+	if len(c.queue) == 1 {
+		c.nc.SetReadDeadline(cl.start.Add(c.stallTimeout))
+	}
+	return true
+}
+
+// answered takes the oldest call off the queue for the response with
+// correlation id corr, and moves the read deadline to the next one (none
+// while idle: an idle connection may stay open for as long as it lives).
+func (c *Conn) answered(corr int32) (*Call, error) {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	if len(c.queue) == 0 {
+		return nil, fmt.Errorf("%w: correlation id %d", errUnsolicited, corr)
+	}
+	cl := c.queue[0]
+	if cl.corr != corr {
+		return nil, fmt.Errorf("%w: correlation id %d, want %d", errCorrelationSkew, corr, cl.corr)
+	}
+	c.queue[0] = nil
+	c.queue = c.queue[1:]
+	if len(c.queue) == 0 {
+		c.queue = nil
+		c.nc.SetReadDeadline(time.Time{})
+	} else {
+		c.nc.SetReadDeadline(c.queue[0].start.Add(c.stallTimeout))
+	}
+	return cl, nil
+}
+
+func (c *Conn) readLoop() {
+	br := bufio.NewReaderSize(c.nc, 64<<10)
+	for {
+		frame, err := framing.ReadFrame(br, 1<<30)
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				err = fmt.Errorf("%w (%s): %w", errStalled, c.stallTimeout, err)
+			}
+			c.die(err)
+			return
+		}
+		if len(frame) < 4 {
+			c.die(framing.ErrFrameTooSmall)
+			return
+		}
+		cl, err := c.answered(int32(binary.BigEndian.Uint32(frame)))
+		if err != nil {
+			c.die(err)
+			return
+		}
+		body := frame[4:]
+		if framing.ResponseHeaderFlexible(cl.key, cl.ver) {
+			if body, err = framing.SkipTags(body); err != nil {
+				c.die(err) // first: settled reads when it died
+				cl.err = c.deathErr()
+				close(cl.done)
+				return
+			}
+		}
+		// A call whose waiter gave up (forward deadline) is answered all
+		// the same, in order, and nobody reads it: its connection stays.
+		cl.resp = body
+		close(cl.done)
+	}
+}
+
+// Conn is the connection cl was written on.
+func (cl *Call) Conn() *Conn { return cl.conn }
+
+// Start is when cl was written upstream: deadlines on its answer (the
+// forward deadline) count from here.
+func (cl *Call) Start() time.Time { return cl.start }
+
+// Done is closed once cl is answered or its connection died.
+func (cl *Call) Done() <-chan struct{} { return cl.done }
+
+// Settled reports, once cl is answered or its connection died, whether the
+// broker answered and when the connection died. It MUST only be called
+// after Done is closed.
+func (cl *Call) Settled() (answered bool, died time.Time) {
+	if cl.err == nil {
+		return true, time.Time{}
+	}
+	return false, time.Unix(0, cl.conn.diedAt.Load())
+}
+
+// Wait waits for cl's answer: the response body after its header, or an
+// error wrapping ErrConnClosed if the connection died first (the broker
+// may or may not have acted on the request), or ctx's error if ctx ends
+// first. A Call given up on stays on its connection (see readLoop), so
+// its answer, when it comes, is read and dropped in order.
+func (cl *Call) Wait(ctx context.Context) ([]byte, error) {
+	// An answer already here wins over a deadline that passed meanwhile
+	// (select picks at random): a produce collected late, behind a slower
+	// one, must not be called uncertain when it is known.
+	select {
+	case <-cl.done:
+		return cl.resp, cl.err
+	default:
+	}
+	select {
+	case <-cl.done:
+		return cl.resp, cl.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
