@@ -31,13 +31,17 @@ import (
 //     Java-compatible hash; every record here has a key, so nothing is
 //     random) and computes each key's partition itself from the topic's
 //     partition count, which it reads from the cluster first;
-//   - keeps delivery reports in production order within a partition: that
-//     holds for the idempotent producer, and with idempotence off the driver
-//     sets max.in.flight.requests.per.connection=1 so that retries cannot
-//     reorder batches (librdkafka's default of 1000000 can);
-//   - maps the k-th report for partition P to the k-th record it sent to P,
-//     and fails the run if a report names a partition it sent nothing more
-//     to or offsets in a partition do not increase;
+//   - maps each report to its record by following librdkafka's "msg" and
+//     "protocol" debug lines (-d msg,protocol: every request built, sent,
+//     delivered or failed; see kcat_reports.go): reports do not come in
+//     send order, not even within a partition, when a retry lets a later
+//     request go first, which librdkafka does with idempotence off whatever
+//     its in-flight limit; the driver fails the run when the lines do not
+//     add up (a report no delivered batch accounts for, a batch's offsets
+//     not consecutive, an outcome of another size than its request);
+//   - sets max.in.flight.requests.per.connection=1 with idempotence off,
+//     as an application that wants its order kept would (it narrows
+//     reordering to retries);
 //   - attributes failure reports to the records left without a success
 //     report when kcat exits (kcat cannot say which record failed).
 //
@@ -57,15 +61,13 @@ import (
 type Kcat struct {
 	// Path is the kcat binary; "" means "kcat" on PATH.
 	Path string
+	// extra are more kcat arguments, after the driver's (tests set
+	// librdkafka properties with them).
+	extra []string
 }
 
 // Name is "kcat".
 func (Kcat) Name() string { return "kcat" }
-
-var (
-	kcatDelivered = regexp.MustCompile(`^% Message delivered to partition (-?\d+) \(offset (-?\d+)\)`)
-	kcatFailed    = regexp.MustCompile(`^% Delivery failed for message: (.*)$`)
-)
 
 const kcatInstall = "install kcat: run test/clients/install.sh (apt-get install -y kcat)"
 
@@ -103,12 +105,13 @@ func (k Kcat) Produce(ctx context.Context, cfg ProduceConfig, onAck func(Ack)) e
 		p := int32(part.Partition(&kgo.Record{Key: []byte(Key(cfg.KeyPrefix, seq))}, n))
 		queues[p] = append(queues[p], seq)
 	}
-	lastOffset := make(map[int32]int64)
+	reports := newKcatReports(cfg.Topic, cfg.Idempotent, queues)
 
 	args := []string{
 		"-F", "none", // no ~/.config/kcat.conf: the run is what the driver says
 		"-P", "-b", cfg.Bootstrap, "-t", cfg.Topic,
 		"-K", "\t", "-v", "-v",
+		"-d", "msg,protocol", // what each request held and when it went: see kcatReports
 		"-X", "client.id=baton-kcat",
 		"-X", "acks=all",
 		"-X", "enable.idempotence=" + strconv.FormatBool(cfg.Idempotent),
@@ -121,10 +124,10 @@ func (k Kcat) Produce(ctx context.Context, cfg ProduceConfig, onAck func(Ack)) e
 	if cfg.Persistent {
 		args = append(args, "-E") // do not exit on "all brokers down"
 	}
+	args = append(args, k.extra...)
 
 	t := newAckTracker(cfg, onAck)
 	var failures []string
-	var mapErr error
 	res, err := runChild(ctx, childSpec{
 		client: "kcat",
 		path:   bin,
@@ -153,36 +156,17 @@ func (k Kcat) Produce(ctx context.Context, cfg ProduceConfig, onAck func(Ack)) e
 			if !l.stderr {
 				return false
 			}
-			if m := kcatFailed.FindStringSubmatch(l.text); m != nil {
-				failures = append(failures, m[1])
-				return true
-			}
-			m := kcatDelivered.FindStringSubmatch(l.text)
-			if m == nil {
-				return false
-			}
-			p64, _ := strconv.ParseInt(m[1], 10, 32)
-			off, _ := strconv.ParseInt(m[2], 10, 64)
-			p := int32(p64)
-			q := queues[p]
-			if len(q) == 0 {
-				if mapErr == nil {
-					mapErr = fmt.Errorf("kcat reported a delivery to partition %d (offset %d) beyond the records the driver sent there", p, off)
-				}
-				return true
-			}
-			if last, ok := lastOffset[p]; ok && off <= last && mapErr == nil {
-				mapErr = fmt.Errorf("kcat reported offset %d on partition %d after offset %d: reports out of send order", off, p, last)
-			}
-			lastOffset[p] = off
-			seq := q[0]
-			queues[p] = q[1:]
-			t.report(Ack{Seq: seq, Key: Key(cfg.KeyPrefix, seq), Partition: p, Offset: off})
-			return true
+			return reports.line(l.text, func(seq int, p int32, off int64) {
+				t.report(Ack{Seq: seq, Key: Key(cfg.KeyPrefix, seq), Partition: p, Offset: off})
+			}, func(msg string) { failures = append(failures, msg) })
 		},
 	})
 	if err != nil {
 		return err
+	}
+	mapErr := reports.err
+	if mapErr == nil && !res.killed {
+		mapErr = reports.unreported()
 	}
 	switch {
 	case res.killed:

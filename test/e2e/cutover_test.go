@@ -437,10 +437,8 @@ const fillPerPartition = 2 * cutoverRecords
 // offsets then start above any the source can reach in the run, as after
 // a real cutover, where the replicator brought D.T up to S.T's end. Without
 // the replicator D.T would start at offset 0 and a client's offsets in a
-// partition would go back at the cutover, which the kcat driver (it maps
-// delivery reports to records by increasing offset per partition) rejects
-// as reports out of send order. It also makes an acked offset name its
-// cluster unambiguously.
+// partition would go back at the cutover; with the fill an acked offset
+// names its cluster unambiguously.
 func fillDestination(ctx context.Context, dst, topic string) error {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(dst, ",")...), kgo.ClientID("baton-e2e-cutover-fill"),
 		kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()))
