@@ -126,8 +126,40 @@ func (ps *pins) dropAfterGap(req *kmsg.ProduceRequest, shards []*shard, codes []
 // NOT_ENOUGH_REPLICAS while a later one is held through MIGRATING would
 // otherwise let the later one open the destination's stream and be acked
 // ahead of it.
+//
+// A batch after the gap answered success closes it: the broker takes an
+// idempotent session's batches only in sequence order, so it holds the
+// failed batch too (written, its answer late: past the forward deadline,
+// say), and the client knows it. librdkafka then reports the failed
+// batch's messages delivered ("implicitly acked", offset unknown) and never
+// resends them: a gap left open would refuse every later batch of the
+// session, which librdkafka retries until its message timeout
+// (docs/reliability.md, finding 9).
 func (ps *pins) noteGaps(req *kmsg.ProduceRequest, results []kmsg.ProduceResponseTopicPartition) {
+	ps.closeAckedGaps(req, results)
 	ps.noteGapCodes(req, func(i int) int16 { return results[i].ErrorCode })
+}
+
+// closeAckedGaps drops the gaps that a later batch of their producer
+// session, answered success in results, shows were written.
+func (ps *pins) closeAckedGaps(req *kmsg.ProduceRequest, results []kmsg.ProduceResponseTopicPartition) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if len(ps.gaps) == 0 {
+		return
+	}
+	i := 0
+	for _, t := range req.Topics {
+		for _, p := range t.Partitions {
+			k := tp{t.Topic, p.Partition}
+			if g, ok := ps.gaps[k]; ok && results[i].ErrorCode == 0 {
+				if b, idem := batchSeq(p.Records); idem && b.pid == g.pid && b.epoch == g.epoch && b.seq > g.seq {
+					delete(ps.gaps, k)
+				}
+			}
+			i++
+		}
+	}
 }
 
 // noteRefused records a gap, at dispatch, for each batch the agent itself

@@ -300,8 +300,13 @@ func Check(in Input) Report {
 				rep.example("acked-missing", "%s (%s) acked at %s/%d@%d, not in the %s", key, p.Client, p.Topic, a.Partition, a.Offset, where)
 				continue
 			}
-			rep.Misplaced++
-			rep.example("misplaced", "%s (%s) acked at %s/%d@%d, found in the %s at offset %d", key, p.Client, p.Topic, a.Partition, a.Offset, where, pos)
+			// An ack without an offset (librdkafka's -1001: messages
+			// "implicitly acked" by a later batch's success, or answered
+			// DUPLICATE_SEQUENCE_NUMBER) claims only that the record is in.
+			if a.Offset >= 0 {
+				rep.Misplaced++
+				rep.example("misplaced", "%s (%s) acked at %s/%d@%d, found in the %s at offset %d", key, p.Client, p.Topic, a.Partition, a.Offset, where, pos)
+			}
 		}
 		s := stream{a.Producer, a.Partition}
 		if last, ok := lastPos[s]; ok && pos <= last {
