@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"math"
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -102,7 +103,7 @@ func (ps *pins) dropAfterGap(req *kmsg.ProduceRequest, shards []*shard, codes []
 			k := tp{t.Topic, p.Partition}
 			if g, ok := ps.gaps[k]; ok {
 				b, idem := batchSeq(p.Records)
-				if idem && b.pid == g.pid && b.epoch == g.epoch && b.seq > g.seq {
+				if idem && b.pid == g.pid && b.epoch == g.epoch && seqAfter(b.seq, g.seq) {
 					if codes[i] == 0 {
 						if drop == nil {
 							drop = map[int]bool{}
@@ -136,30 +137,7 @@ func (ps *pins) dropAfterGap(req *kmsg.ProduceRequest, shards []*shard, codes []
 // session, which librdkafka retries until its message timeout
 // (docs/reliability.md, finding 9).
 func (ps *pins) noteGaps(req *kmsg.ProduceRequest, results []kmsg.ProduceResponseTopicPartition) {
-	ps.closeAckedGaps(req, results)
-	ps.noteGapCodes(req, func(i int) int16 { return results[i].ErrorCode })
-}
-
-// closeAckedGaps drops the gaps that a later batch of their producer
-// session, answered success in results, shows were written.
-func (ps *pins) closeAckedGaps(req *kmsg.ProduceRequest, results []kmsg.ProduceResponseTopicPartition) {
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	if len(ps.gaps) == 0 {
-		return
-	}
-	i := 0
-	for _, t := range req.Topics {
-		for _, p := range t.Partitions {
-			k := tp{t.Topic, p.Partition}
-			if g, ok := ps.gaps[k]; ok && results[i].ErrorCode == 0 {
-				if b, idem := batchSeq(p.Records); idem && b.pid == g.pid && b.epoch == g.epoch && b.seq > g.seq {
-					delete(ps.gaps, k)
-				}
-			}
-			i++
-		}
-	}
+	ps.noteOutcomes(req, func(i int) int16 { return results[i].ErrorCode }, true)
 }
 
 // noteRefused records a gap, at dispatch, for each batch the agent itself
@@ -173,32 +151,61 @@ func (ps *pins) closeAckedGaps(req *kmsg.ProduceRequest, results []kmsg.ProduceR
 func (ps *pins) noteRefused(req *kmsg.ProduceRequest, codes []int16) {
 	for _, c := range codes {
 		if c != 0 { // the usual request refuses nothing: no lock, no walk
-			ps.noteGapCodes(req, func(i int) int16 { return codes[i] })
+			// A 0 here is "not refused yet", not an answer: it closes
+			// nothing.
+			ps.noteOutcomes(req, func(i int) int16 { return codes[i] }, false)
 			return
 		}
 	}
 }
 
-func (ps *pins) noteGapCodes(req *kmsg.ProduceRequest, code func(i int) int16) {
+// noteOutcomes walks req's batches with their codes (in the request's
+// flattened order): a retriable code opens a gap at the batch unless an
+// earlier batch of the same session has one; with answered, a success of
+// a later batch of the gap's session closes the gap.
+func (ps *pins) noteOutcomes(req *kmsg.ProduceRequest, code func(i int) int16, answered bool) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	i := 0
 	for _, t := range req.Topics {
 		for _, p := range t.Partitions {
-			if c := code(i); c != 0 && kerr.IsRetriable(kerr.ErrorForCode(c)) {
-				if b, ok := batchSeq(p.Records); ok {
-					k := tp{t.Topic, p.Partition}
-					if g, had := ps.gaps[k]; !had || g.pid != b.pid || g.epoch != b.epoch || b.seq < g.seq {
-						if ps.gaps == nil {
-							ps.gaps = map[tp]gap{}
-						}
-						ps.gaps[k] = b
-					}
-				}
-			}
+			c := code(i)
 			i++
+			if c == 0 && (!answered || len(ps.gaps) == 0) {
+				continue
+			}
+			if c != 0 && !kerr.IsRetriable(kerr.ErrorForCode(c)) {
+				continue
+			}
+			b, ok := batchSeq(p.Records)
+			if !ok {
+				continue
+			}
+			k := tp{t.Topic, p.Partition}
+			g, had := ps.gaps[k]
+			sameSession := had && g.pid == b.pid && g.epoch == b.epoch
+			switch {
+			case c == 0:
+				if sameSession && seqAfter(b.seq, g.seq) {
+					delete(ps.gaps, k)
+				}
+			case !sameSession || seqAfter(g.seq, b.seq):
+				if ps.gaps == nil {
+					ps.gaps = map[tp]gap{}
+				}
+				ps.gaps[k] = b
+			}
 		}
 	}
+}
+
+// seqAfter reports whether producer sequence a comes after b. Kafka's
+// sequences run from 0 to math.MaxInt32 and wrap to 0, so a batch just
+// past the wrap comes after one just before it; a and b are taken to be
+// less than 2^30 apart (a client has at most a few batches in flight).
+func seqAfter(a, b int32) bool {
+	d := (int64(a) - int64(b)) & math.MaxInt32
+	return d != 0 && d < 1<<30
 }
 
 // addr returns the broker the connection's outstanding produce requests
