@@ -33,6 +33,7 @@ import (
 	"github.com/baton-kafka/baton/agent/internal/framing"
 	"github.com/baton-kafka/baton/agent/internal/upstream"
 	"github.com/baton-kafka/baton/filter"
+	"github.com/baton-kafka/baton/internal/errprefix"
 	"github.com/baton-kafka/baton/migration"
 )
 
@@ -423,7 +424,7 @@ func (a *Agent) learnVersions(ctx context.Context) error {
 		a.log.Debug("source cluster not answering ApiVersions yet", "err", err)
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("agent: source cluster never answered: %w", nested(err))
+			return fmt.Errorf("agent: source cluster never answered: %w", errprefix.Nested(errPrefix, err))
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 5*time.Second)

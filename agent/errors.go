@@ -1,9 +1,6 @@
 package agent
 
-import (
-	"errors"
-	"strings"
-)
+import "errors"
 
 // Errors. Every message starts with "agent: "; wrapped errors say where
 // (the field, the broker, the frame). Frame errors are framing's
@@ -47,19 +44,3 @@ var (
 
 // errPrefix starts every agent error message.
 const errPrefix = "agent: "
-
-// nested is err for wrapping in a message that already starts with
-// "agent: ": it reads without its own prefix, so that a chain of agent
-// errors names the package once ("agent: request not sent: upstream
-// connection closed: ..."). errors.Is and errors.As see through it.
-func nested(err error) error {
-	if err == nil {
-		return nil
-	}
-	return nestedError{err}
-}
-
-type nestedError struct{ err error }
-
-func (e nestedError) Error() string { return strings.TrimPrefix(e.err.Error(), errPrefix) }
-func (e nestedError) Unwrap() error { return e.err }

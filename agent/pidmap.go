@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/baton-kafka/baton/agent/internal/bufpool"
+	"github.com/baton-kafka/baton/internal/errprefix"
 	"github.com/baton-kafka/baton/internal/recordbatch"
 )
 
@@ -118,7 +119,7 @@ func (m *pidMap) destination(ctx context.Context, src recordbatch.Producer, p tp
 		id, epoch, err := m.alloc(ctx)
 		m.mu.Lock()
 		if err != nil {
-			e.err = fmt.Errorf("%w: %w", errPIDAlloc, nested(err))
+			e.err = fmt.Errorf("%w: %w", errPIDAlloc, errprefix.Nested(errPrefix, err))
 			if m.m[k] == e {
 				delete(m.m, k) // the next batch asks again
 			}

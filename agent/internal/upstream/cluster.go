@@ -20,6 +20,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/baton-kafka/baton/internal/errprefix"
 )
 
 // Config is what New needs to know of a cluster.
@@ -205,7 +207,7 @@ func (u *Cluster) SendvOn(ctx context.Context, addr string, slot uint64, want *C
 		return u.sendv(ctx, addr, slot, key, ver, clientID, segs, expect)
 	}
 	if c := u.slot(addr, slot).c.Load(); c != want {
-		return nil, fmt.Errorf("%w: %w: %s", ErrNotSent, nested(errEarlierInDoubt), addr)
+		return nil, fmt.Errorf("%w: %w: %s", ErrNotSent, errprefix.Nested(errPrefix, errEarlierInDoubt), addr)
 	}
 	return want.sendv(key, ver, clientID, segs, expect)
 }
@@ -283,7 +285,7 @@ func (u *Cluster) Ask(ctx context.Context, req kmsg.Request) (kmsg.Response, str
 			return nil, "", fmt.Errorf("%s cluster: %w", u.name, errors.Join(errs...))
 		}
 	}
-	err := fmt.Errorf("%w in the %s cluster: %w", ErrNoBrokers, u.name, nested(errors.Join(errs...)))
+	err := fmt.Errorf("%w in the %s cluster: %w", ErrNoBrokers, u.name, errprefix.Nested(errPrefix, errors.Join(errs...)))
 	u.unreachable(err)
 	return nil, "", err
 }

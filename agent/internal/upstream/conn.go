@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/baton-kafka/baton/agent/internal/framing"
+	"github.com/baton-kafka/baton/internal/errprefix"
 )
 
 // Conn is one pipelined connection to one broker: requests are written in
@@ -113,7 +114,7 @@ func (c *Conn) die(err error) {
 
 func (c *Conn) deathErr() error {
 	if p := c.err.Load(); p != nil {
-		return fmt.Errorf("%w: %s: %w", ErrConnClosed, c.addr, nested(*p))
+		return fmt.Errorf("%w: %s: %w", ErrConnClosed, c.addr, errprefix.Nested(errPrefix, *p))
 	}
 	return fmt.Errorf("%w: %s", ErrConnClosed, c.addr)
 }
@@ -134,7 +135,7 @@ func (c *Conn) sendv(key, ver int16, clientID *string, segs [][]byte, expectResp
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if c.Dead() {
-		return nil, fmt.Errorf("%w: %w", ErrNotSent, nested(c.deathErr()))
+		return nil, fmt.Errorf("%w: %w", ErrNotSent, errprefix.Nested(errPrefix, c.deathErr()))
 	}
 	c.corr++
 	cl := &Call{conn: c, corr: c.corr, key: key, ver: ver, done: make(chan struct{}), start: time.Now()}
@@ -146,7 +147,7 @@ func (c *Conn) sendv(key, ver int16, clientID *string, segs [][]byte, expectResp
 	binary.BigEndian.PutUint32(c.buf, uint32(size))
 	// Queued before it is written: the answer may come before Write returns.
 	if expectResp && !c.enqueue(cl) {
-		return nil, fmt.Errorf("%w: %w", ErrNotSent, nested(c.deathErr()))
+		return nil, fmt.Errorf("%w: %w", ErrNotSent, errprefix.Nested(errPrefix, c.deathErr()))
 	}
 	c.iov = append(append(c.iov[:0], c.buf), segs...)
 	bufs := net.Buffers(c.iov)
@@ -156,7 +157,7 @@ func (c *Conn) sendv(key, ver int16, clientID *string, segs [][]byte, expectResp
 		// Part of the frame at most reached the broker, which acts only
 		// on whole frames: not sent.
 		c.die(err)
-		return nil, fmt.Errorf("%w: %w", ErrNotSent, nested(c.deathErr()))
+		return nil, fmt.Errorf("%w: %w", ErrNotSent, errprefix.Nested(errPrefix, c.deathErr()))
 	}
 	if !expectResp {
 		return nil, nil

@@ -1,9 +1,6 @@
 package upstream
 
-import (
-	"errors"
-	"strings"
-)
+import "errors"
 
 // Errors. Every message starts with "upstream: "; wrapped errors say where
 // (the cluster, the broker) and why.
@@ -32,19 +29,3 @@ var (
 
 // errPrefix starts every upstream error message.
 const errPrefix = "upstream: "
-
-// nested is err for wrapping in a message that already starts with
-// "upstream: ": it reads without its own prefix, so that a chain of
-// upstream errors names the package once ("upstream: request not sent:
-// connection closed: ..."). errors.Is and errors.As see through it.
-func nested(err error) error {
-	if err == nil {
-		return nil
-	}
-	return nestedError{err}
-}
-
-type nestedError struct{ err error }
-
-func (e nestedError) Error() string { return strings.TrimPrefix(e.err.Error(), errPrefix) }
-func (e nestedError) Unwrap() error { return e.err }
