@@ -37,7 +37,11 @@ func (a *Agent) chain() []filter.Factory {
 
 // produceHold is the agent's produce hold (see holdTopics).
 func (a *Agent) produceHold() filter.Factory {
-	f, err := hold.New(hold.Config{Topics: holdTopics{a}, Held: a.metrics.held})
+	f, err := hold.New(hold.Config{
+		Topics: holdTopics{a},
+		Gated:  func(x *filter.Exchange) bool { return a.advertises(x.Header.APIKey, x.Header.APIVersion) },
+		Held:   a.metrics.held,
+	})
 	if err != nil {
 		panic(err) // Topics is always set: a bug here, not a config error
 	}

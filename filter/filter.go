@@ -254,6 +254,13 @@ type ResponseFilter interface {
 	OnResponse(ctx context.Context, x *Exchange) Status
 }
 
+// Gauge counts what a filter holds now (held requests, say); a
+// prometheus.Gauge is one. Filters that count take one in their config.
+type Gauge interface {
+	Inc()
+	Dec()
+}
+
 // ConnInfo describes the client connection a chain is built for.
 type ConnInfo struct {
 	ID     uint64

@@ -48,18 +48,17 @@ type Topics interface {
 	Changed() []<-chan struct{}
 }
 
-// Gauge counts the requests the filter holds now; a prometheus.Gauge is one.
-type Gauge interface {
-	Inc()
-	Dec()
-}
-
 // Config configures the filter.
 type Config struct {
 	// Topics is required.
 	Topics Topics
+	// Gated, if set, says which produce requests the filter may hold; the
+	// others go on at once. Nil: every produce. The agent leaves out
+	// versions it never advertised, which its router refuses at once by
+	// closing the connection: holding one first would only delay that.
+	Gated func(x *filter.Exchange) bool
 	// Held, if set, counts held requests.
-	Held Gauge
+	Held filter.Gauge
 }
 
 // Factory builds the filter per connection.
@@ -89,10 +88,10 @@ type holder struct{ cfg *Config }
 // OnRequest lets a produce on when none of its topics must wait, or when
 // the shortest hold max of those that must has passed; otherwise it holds
 // the request until Topics says something changed or that hold max ends.
-// Requests other than produce go on at once.
+// Requests other than produce, and those Gated leaves out, go on at once.
 func (h *holder) OnRequest(_ context.Context, x *filter.Exchange) filter.Status {
 	req, ok := x.Req.(*kmsg.ProduceRequest)
-	if !ok {
+	if !ok || (h.cfg.Gated != nil && !h.cfg.Gated(x)) {
 		return filter.Continue
 	}
 	if _, waits := h.deadline(x, req); !waits {

@@ -100,6 +100,7 @@ func TestHold(t *testing.T) {
 	tests := []struct {
 		name    string
 		waiting map[string]time.Duration // at arrival
+		gated   func(x *filter.Exchange) bool
 		first   *filter.Exchange
 		then    string // while held: "release", "close", or "" (the hold max passes)
 		// want is the order requests reached the Handler; ErrClosed when
@@ -118,6 +119,12 @@ func TestHold(t *testing.T) {
 			first: produce(1, "orders"), want: []int32{1, 2, 3}},
 		{name: "the shortest hold max of the waiting topics counts", waiting: map[string]time.Duration{"orders": time.Hour, "clicks": 20 * time.Millisecond},
 			first: produce(1, "orders", "clicks"), want: []int32{1, 2, 3}},
+		{name: "a produce Gated leaves out goes on", waiting: map[string]time.Duration{"orders": time.Hour},
+			gated: func(x *filter.Exchange) bool { return x.Header.CorrelationID != 1 },
+			first: produce(1, "orders"), want: []int32{1, 2, 3}},
+		{name: "a produce Gated keeps is held", waiting: map[string]time.Duration{"orders": time.Hour},
+			gated: func(x *filter.Exchange) bool { return x.Header.CorrelationID == 1 },
+			first: produce(1, "orders"), then: "release", want: []int32{1, 2, 3}},
 		{name: "a closed connection ends the hold", waiting: map[string]time.Duration{"orders": time.Hour},
 			first: produce(1, "orders"), then: "close"},
 	}
@@ -126,7 +133,7 @@ func TestHold(t *testing.T) {
 			t.Parallel()
 			rt := newRoutes(tt.waiting)
 			held := &gauge{}
-			f, err := hold.New(hold.Config{Topics: rt, Held: held})
+			f, err := hold.New(hold.Config{Topics: rt, Held: held, Gated: tt.gated})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -44,12 +44,6 @@ type Lease interface {
 	Renewed() <-chan struct{}
 }
 
-// Gauge counts the requests the gate holds now; a prometheus.Gauge is one.
-type Gauge interface {
-	Inc()
-	Dec()
-}
-
 // Config configures the gate.
 type Config struct {
 	// Lease is required.
@@ -64,7 +58,7 @@ type Config struct {
 	// the connection). err wraps ErrNoLease. Nil sets x.Err = err.
 	Refuse func(x *filter.Exchange, err error)
 	// Held, if set, counts held requests.
-	Held Gauge
+	Held filter.Gauge
 }
 
 // Factory builds a gate per connection.
