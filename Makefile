@@ -8,7 +8,7 @@ PKGS      ?= ./...
 TESTFLAGS ?= -race -count=1 -timeout 40m
 BIN       := bin/baton
 
-.PHONY: all build test test-deps lint vet staticcheck demo bench chaos proto generate fuzz fuzz-short clean
+.PHONY: all build test test-deps lint vet staticcheck demo bench bench-compare chaos proto generate fuzz fuzz-short clean
 
 all: build
 
@@ -18,9 +18,13 @@ build:
 ## test: everything CI runs. Installs the client matrix and the Kafka jars,
 ## then lint, then a short run of every fuzz target, then every Go test with
 ## -race (embedded kfake and real Apache Kafka clusters are started by the
-## tests themselves).
+## tests themselves), then CHAOS_RUNS fault-injection runs (default 2, from
+## a seed the clock draws and the output prints) on their own, so that no
+## other test's load is counted in their stalls.
+CHAOS_RUNS ?= 2
 test: test-deps lint fuzz-short
 	$(GO) test $(GOFLAGS) $(TESTFLAGS) $(PKGS)
+	bash test/chaos/run.sh "$(CHAOS_RUNS)"
 
 test-deps:
 	bash test/clients/install.sh
@@ -42,6 +46,12 @@ demo:
 ## bench: side-by-side benchmarks (through the agent vs direct, ...).
 bench: test-deps
 	$(GO) test $(GOFLAGS) -run '^$$' -bench . -benchtime 1x -timeout 60m $(PKGS)
+
+## bench-compare: the agent-vs-direct benchmark with the agent of git
+## revision REV measured in the same run: before and after a change.
+REV ?= HEAD~1
+bench-compare: test-deps
+	bash test/bench/compare.sh "$(REV)"
 
 ## chaos: RUNS fault-injection runs (default 5) from SEED (default: the
 ## clock), DURATION of producing each (default 40s); ends with one summary

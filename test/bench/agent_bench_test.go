@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -66,55 +65,100 @@ func BenchmarkAgentVsDirect(b *testing.B) {
 	})
 }
 
+// path is one way to the cluster the benchmark measures: direct, or
+// through an agent process (pid set).
+type path struct {
+	name      string
+	addr      string
+	pid       int
+	mbps      float64
+	p50, p99  time.Duration
+	cpuPerGiB float64
+}
+
 func agentVsDirect(b *testing.B, name, bootstrap string, rf int16) {
-	agentAddr, agentPID, stop := startAgentProcess(b, bootstrap)
+	paths := []*path{{name: "direct", addr: bootstrap}}
+	addr, pid, stop := startAgentProcess(b, buildBaton(b), bootstrap)
 	defer stop()
+	paths = append(paths, &path{name: "agent", addr: addr, pid: pid})
+	if bin := os.Getenv(envBaselineBin); bin != "" {
+		// An agent built from another commit, measured in the same run:
+		// the before of a before-and-after (test/bench/compare.sh).
+		addr, pid, stop := startAgentProcess(b, bin, bootstrap)
+		defer stop()
+		label := os.Getenv(envBaselineName)
+		if label == "" {
+			label = "baseline"
+		}
+		paths = append(paths, &path{name: label, addr: addr, pid: pid})
+	}
 	createTopic(b, bootstrap, "bench", rf)
 
-	type result struct {
-		mbps      float64
-		p50, p99  time.Duration
-		cpuPerGiB float64
+	// Warm up every path (JIT on a JVM broker, connections, pools) before
+	// anything is measured, then interleave so that drift hits all alike;
+	// the agents swap places each round.
+	for _, p := range paths {
+		warmUp(b, p.addr)
 	}
-	var direct, agent result
-	// Warm up both paths (JIT on a JVM broker, connections, pools) before
-	// anything is measured, then interleave so that drift hits both alike.
-	warmUp(b, bootstrap)
-	warmUp(b, agentAddr)
-	for round := 0; round < 2; round++ {
-		d := throughput(b, bootstrap)
-		cpu0 := processCPU(b, agentPID)
-		a := throughput(b, agentAddr)
-		cpu1 := processCPU(b, agentPID)
-		direct.mbps += d.mbps / 2
-		agent.mbps += a.mbps / 2
-		agent.cpuPerGiB += (cpu1 - cpu0).Seconds() / (float64(a.bytes) / (1 << 30)) / 2
+	const rounds = 2
+	order := func(round int) []*path {
+		o := slices.Clone(paths)
+		if round%2 == 1 {
+			slices.Reverse(o[1:])
+		}
+		return o
 	}
-	for round := 0; round < 2; round++ {
-		d50, d99 := latency(b, bootstrap)
-		a50, a99 := latency(b, agentAddr)
-		direct.p50, direct.p99 = direct.p50+d50/2, direct.p99+d99/2
-		agent.p50, agent.p99 = agent.p50+a50/2, agent.p99+a99/2
+	for round := 0; round < rounds; round++ {
+		for _, p := range order(round) {
+			var cpu0 time.Duration
+			if p.pid != 0 {
+				cpu0 = processCPU(b, p.pid)
+			}
+			t := throughput(b, p.addr)
+			p.mbps += t.mbps / rounds
+			if p.pid != 0 {
+				p.cpuPerGiB += (processCPU(b, p.pid) - cpu0).Seconds() / (float64(t.bytes) / (1 << 30)) / rounds
+			}
+		}
+	}
+	for round := 0; round < rounds; round++ {
+		for _, p := range order(round) {
+			p50, p99 := latency(b, p.addr)
+			p.p50, p.p99 = p.p50+p50/rounds, p.p99+p99/rounds
+		}
 	}
 
+	direct, agent := paths[0], paths[1]
 	b.ReportMetric(direct.mbps, "direct-MB/s")
 	b.ReportMetric(agent.mbps, "agent-MB/s")
 	b.ReportMetric(agent.mbps/direct.mbps, "throughput-ratio")
 	b.ReportMetric(float64(agent.p99-direct.p99)/1e6, "p99-added-ms")
 	b.ReportMetric(agent.cpuPerGiB, "agent-cpu-s/GiB")
-	fmt.Fprintf(os.Stderr, `
-agent vs direct on %s
-(franz-go, 1 KiB records, acks=all, %d partitions, 2 interleaved %s runs each, GOMAXPROCS=%d)
-                     direct      agent     ratio
-throughput MB/s   %9.1f  %9.1f   %6.2fx
-p50 latency ms    %9.2f  %9.2f   %+6.2f ms (at %d rec/s)
-p99 latency ms    %9.2f  %9.2f   %+6.2f ms
-agent CPU s/GiB              %9.2f
-`, name, partitions, runFor, runtime.GOMAXPROCS(0),
-		direct.mbps, agent.mbps, agent.mbps/direct.mbps,
-		ms(direct.p50), ms(agent.p50), ms(agent.p50-direct.p50), latencyRate,
-		ms(direct.p99), ms(agent.p99), ms(agent.p99-direct.p99),
-		agent.cpuPerGiB)
+	var t strings.Builder
+	fmt.Fprintf(&t, "\nagent vs direct on %s\n(franz-go, 1 KiB records, acks=all, %d partitions, %d interleaved %s runs each, GOMAXPROCS=%d)\n",
+		name, partitions, rounds, runFor, runtime.GOMAXPROCS(0))
+	fmt.Fprintf(&t, "%-22s", "")
+	for _, p := range paths {
+		fmt.Fprintf(&t, "%14s", p.name)
+	}
+	row := func(label string, f func(p *path) string) {
+		fmt.Fprintf(&t, "\n%-22s", label)
+		for _, p := range paths {
+			fmt.Fprintf(&t, "%14s", f(p))
+		}
+	}
+	row("throughput MB/s", func(p *path) string { return fmt.Sprintf("%.1f", p.mbps) })
+	row("  ratio to direct", func(p *path) string { return fmt.Sprintf("%.2fx", p.mbps/direct.mbps) })
+	row(fmt.Sprintf("p50 ms (%d rec/s)", latencyRate), func(p *path) string { return fmt.Sprintf("%.2f", ms(p.p50)) })
+	row("p99 ms", func(p *path) string { return fmt.Sprintf("%.2f", ms(p.p99)) })
+	row("  p99 added ms", func(p *path) string { return fmt.Sprintf("%+.2f", ms(p.p99-direct.p99)) })
+	row("agent CPU s/GiB", func(p *path) string {
+		if p.pid == 0 {
+			return ""
+		}
+		return fmt.Sprintf("%.2f", p.cpuPerGiB)
+	})
+	fmt.Fprintln(os.Stderr, t.String())
 }
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
@@ -225,15 +269,16 @@ func createTopic(b *testing.B, bootstrap, topic string, rf int16) {
 	}
 }
 
-// startAgentProcess builds and starts `baton agent` in front of bootstrap,
-// so that its CPU time can be read apart from the benchmark's.
-func startAgentProcess(b *testing.B, bootstrap string) (addr string, pid int, stop func()) {
-	dir := b.TempDir()
-	bin := filepath.Join(dir, "baton")
-	build := exec.Command("go", "build", "-o", bin, "github.com/baton-kafka/baton/cmd/baton")
-	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("building baton: %v\n%s", err, out)
-	}
+// Environment of BenchmarkAgentVsDirect, for a before-and-after in one run
+// (test/bench/compare.sh sets both).
+const (
+	envBaselineBin  = "BATON_BENCH_BASELINE_BIN"  // a baton binary to measure as well
+	envBaselineName = "BATON_BENCH_BASELINE_NAME" // its column's name; default "baseline"
+)
+
+// startAgentProcess starts `baton agent` from bin in front of bootstrap, so
+// that its CPU time can be read apart from the benchmark's.
+func startAgentProcess(b *testing.B, bin, bootstrap string) (addr string, pid int, stop func()) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
