@@ -45,7 +45,7 @@ func (l *lease) grant() {
 	l.renewed = make(chan struct{})
 }
 
-// gauge is a leasegate.Gauge.
+// gauge is a filter.Gauge.
 type gauge struct{ n atomic.Int64 }
 
 func (g *gauge) Inc() { g.n.Add(1) }
