@@ -12,6 +12,7 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -28,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl"
 	"google.golang.org/grpc"
 
 	"github.com/baton-kafka/baton/agent/internal/framing"
@@ -62,6 +64,7 @@ type config struct {
 	admin           string
 	source          []string
 	destination     []string
+	srcSec, dstSec  Security
 	routes          *RouteTable
 	maxFrame        int32
 	connBuffered    int64
@@ -97,6 +100,30 @@ func Source(bootstrap ...string) Opt { return optFunc(func(c *config) { c.source
 func Destination(bootstrap ...string) Opt {
 	return optFunc(func(c *config) { c.destination = bootstrap })
 }
+
+// Security is how the agent connects to one cluster: the zero value is
+// plaintext without SASL.
+type Security struct {
+	// TLS, if set, wraps every connection to the cluster (mTLS with a
+	// client certificate in it). An empty ServerName is set per broker to
+	// the host of its address.
+	TLS *tls.Config
+	// SASL, if set, authenticates every connection as the agent's own
+	// principal (franz-go's plain, scram or oauth mechanisms), right after
+	// the TLS handshake and before anything else goes on it. A broker
+	// that ends SASL sessions (connections.max.reauth.ms) gets a fresh,
+	// authenticated connection a tenth of the lifetime before the end;
+	// the old one closes once its requests are answered.
+	SASL sasl.Mechanism
+}
+
+// SourceSecurity sets how the agent connects to the source, overriding
+// plaintext.
+func SourceSecurity(s Security) Opt { return optFunc(func(c *config) { c.srcSec = s }) }
+
+// DestinationSecurity sets how the agent connects to the destination,
+// overriding plaintext.
+func DestinationSecurity(s Security) Opt { return optFunc(func(c *config) { c.dstSec = s }) }
 
 // Routes sets the route table, overriding an empty one (every topic passes
 // through to the source).
@@ -282,11 +309,13 @@ func New(opts ...Opt) (*Agent, error) {
 	a.src = upstream.New(upstream.Config{
 		Name: "source", Bootstrap: cfg.source, PoolSize: cfg.upstreamConns,
 		DialTimeout: 10 * time.Second, ReadTimeout: readTO, Log: a.log,
+		Security:  upstream.Security{TLS: cfg.srcSec.TLS, SASL: cfg.srcSec.SASL},
 		StartNote: "until it answers, the agent refuses client connections and /healthz answers 503",
 	})
 	a.dst = upstream.New(upstream.Config{
 		Name: "destination", Bootstrap: cfg.destination, PoolSize: cfg.upstreamConns,
 		DialTimeout: 10 * time.Second, ReadTimeout: readTO, Log: a.log,
+		Security: upstream.Security{TLS: cfg.dstSec.TLS, SASL: cfg.dstSec.SASL},
 	})
 
 	reserved, err := reservePort(cfg.listen)

@@ -81,7 +81,10 @@ func (w *testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return l
 
 func newClient(t *testing.T, bootstrap string, opts ...kgo.Opt) *kgo.Client {
 	t.Helper()
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(strings.Split(bootstrap, ",")...)}, opts...)...)
+	if bootstrap != "" { // else opts name the seeds
+		opts = append([]kgo.Opt{kgo.SeedBrokers(strings.Split(bootstrap, ",")...)}, opts...)
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,14 +157,21 @@ func produceRange(t *testing.T, cl *kgo.Client, topic string, from, n int) []ack
 // readAll consumes every record of topic from bootstrap, directly.
 func readAll(t *testing.T, bootstrap, topic string, want int) map[string]acked {
 	t.Helper()
-	cl := newClient(t, bootstrap, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	return readAllWith(t, topic, want, kgo.SeedBrokers(strings.Split(bootstrap, ",")...))
+}
+
+// readAllWith is readAll with a client made of opts (its seed brokers and
+// credentials).
+func readAllWith(t *testing.T, topic string, want int, opts ...kgo.Opt) map[string]acked {
+	t.Helper()
+	cl := newClient(t, "", append(opts, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	got := map[string]acked{}
 	for len(got) < want {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			t.Fatalf("read %d of %d records from %s: %v", len(got), want, bootstrap, err)
+			t.Fatalf("read %d of %d records of %s: %v", len(got), want, topic, err)
 		}
 		fs.EachError(func(_ string, _ int32, err error) { t.Fatalf("fetch: %v", err) })
 		fs.EachRecord(func(r *kgo.Record) {

@@ -29,6 +29,7 @@ func newAgentCmd() *cobra.Command {
 		connBuffered, buffered                                              int64
 		forwardDeadline, producerIDIdle, frameTimeout, idleTimeout          time.Duration
 		upstreamConns, producerIDs                                          int
+		srcSec, dstSec                                                      securityFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -66,6 +67,14 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 				defer conn.Close()
 				cpOpts = append(cpOpts, agent.ControlPlane(conn, xds.NodeMeta(nodeID, namespace, workload)))
 			}
+			srcSecurity, err := srcSec.agentSecurity()
+			if err != nil {
+				return err
+			}
+			dstSecurity, err := dstSec.agentSecurity()
+			if err != nil {
+				return err
+			}
 			reg := prometheus.NewRegistry()
 			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 			mf, err := metrics.New(reg)
@@ -75,6 +84,7 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 			a, err := agent.New(append([]agent.Opt{
 				agent.Listen(listen), agent.Advertise(advertise), agent.Admin(admin),
 				agent.Source(splitList(source)...), agent.Destination(splitList(destination)...),
+				agent.SourceSecurity(srcSecurity), agent.DestinationSecurity(dstSecurity),
 				agent.Routes(agent.NewRouteTable(routes)),
 				agent.MaxFrameBytes(maxFrame), agent.ForwardDeadline(forwardDeadline),
 				agent.ConnBufferedBytes(connBuffered), agent.BufferedBytes(buffered),
@@ -114,6 +124,8 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 	f.StringVar(&namespace, "namespace", "", "node metadata: the workload's namespace, for staged rollout")
 	f.StringVar(&workload, "workload", "", "node metadata: the workload's name")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	srcSec.add(f, "source")
+	dstSec.add(f, "destination")
 	markAddrs(f, addrDial, "source", "destination", "advertise", "control-plane")
 	markAddrs(f, addrListen, "listen", "admin")
 	_ = cmd.MarkFlagRequired("source")

@@ -8,24 +8,30 @@ import (
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/baton-kafka/baton/agent"
 )
 
 // securityFlags are one cluster's TLS and SASL flags:
 //
 //   - --<side>-tls turns TLS on (default off); --<side>-tls-ca names a PEM
 //     CA bundle to verify the brokers with (default: the system's), and
-//     --<side>-tls-cert and --<side>-tls-key a client certificate (mTLS).
-//     Naming any file turns TLS on.
-//   - --<side>-sasl-mechanism, --<side>-sasl-user and --<side>-sasl-password,
-//     the password falling back to $BATON_<SIDE>_SASL_PASSWORD so that it
-//     need not show in ps. No mechanism (the default) means no SASL.
+//     --<side>-tls-cert and --<side>-tls-key a client certificate (mTLS),
+//     --<side>-tls-server-name the name the brokers' certificates carry
+//     (default: each address's host). Naming any of them turns TLS on.
+//   - --<side>-sasl-mechanism and --<side>-sasl-user, with the password
+//     from --<side>-sasl-password-file (its contents, one trailing newline
+//     dropped) or else $BATON_<SIDE>_SASL_PASSWORD: never from a flag, which
+//     ps shows. No mechanism (the default) means no SASL.
 type securityFlags struct {
 	side                      string
-	mechanism, user, password string
+	mechanism, user, passFile string
 	tls                       bool
 	caFile, certFile, keyFile string
+	serverName                string
 }
 
 // stringFlags is the part of a pflag.FlagSet that add uses.
@@ -39,10 +45,11 @@ func (s *securityFlags) add(f stringFlags, side string) {
 	s.side = side
 	f.StringVar(&s.mechanism, side+"-sasl-mechanism", "", "SASL mechanism for the "+side+" cluster: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (empty: no SASL)")
 	f.StringVar(&s.user, side+"-sasl-user", "", "SASL user for the "+side+" cluster")
-	f.StringVar(&s.password, side+"-sasl-password", "", "SASL password for the "+side+" cluster (default $"+s.envVar()+")")
+	f.StringVar(&s.passFile, side+"-sasl-password-file", "", "file holding the SASL password for the "+side+" cluster (default: $"+s.envVar()+")")
 	f.BoolVar(&s.tls, side+"-tls", false, "connect to the "+side+" cluster with TLS")
 	f.StringVar(&s.caFile, side+"-tls-ca", "", "PEM CA bundle verifying the "+side+" brokers (default: the system's; implies TLS)")
 	f.StringVar(&s.certFile, side+"-tls-cert", "", "PEM client certificate for the "+side+" cluster (with --"+side+"-tls-key; implies TLS)")
+	f.StringVar(&s.serverName, side+"-tls-server-name", "", "name the "+side+" brokers' certificates must carry (default: the host of each address dialed; implies TLS)")
 	f.StringVar(&s.keyFile, side+"-tls-key", "", "PEM client key for the "+side+" cluster (with --"+side+"-tls-cert)")
 }
 
@@ -59,23 +66,40 @@ func (s *securityFlags) principal() string {
 
 // opts returns the franz-go options the flags ask for (none by default).
 func (s *securityFlags) opts() ([]kgo.Opt, error) {
-	tlsOpts, err := s.tlsOpts()
+	sec, err := s.agentSecurity()
 	if err != nil {
 		return nil, err
 	}
-	saslOpts, err := s.saslOpts()
-	if err != nil {
-		return nil, err
+	var opts []kgo.Opt
+	if sec.TLS != nil {
+		opts = append(opts, kgo.DialTLSConfig(sec.TLS))
 	}
-	return append(tlsOpts, saslOpts...), nil
+	if sec.SASL != nil {
+		opts = append(opts, kgo.SASL(sec.SASL))
+	}
+	return opts, nil
 }
 
-// tlsOpts returns the TLS dial option, if TLS is asked for.
-func (s *securityFlags) tlsOpts() ([]kgo.Opt, error) {
-	if !s.tls && s.caFile == "" && s.certFile == "" && s.keyFile == "" {
+// agentSecurity returns what the flags ask for as the agent takes it (the
+// zero value by default: plaintext).
+func (s *securityFlags) agentSecurity() (agent.Security, error) {
+	cfg, err := s.tlsConfig()
+	if err != nil {
+		return agent.Security{}, err
+	}
+	mech, err := s.saslMechanism()
+	if err != nil {
+		return agent.Security{}, err
+	}
+	return agent.Security{TLS: cfg, SASL: mech}, nil
+}
+
+// tlsConfig returns the TLS config, or nil if TLS is not asked for.
+func (s *securityFlags) tlsConfig() (*tls.Config, error) {
+	if !s.tls && s.caFile == "" && s.certFile == "" && s.keyFile == "" && s.serverName == "" {
 		return nil, nil
 	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: s.serverName}
 	if s.caFile != "" {
 		pem, err := os.ReadFile(s.caFile)
 		if err != nil {
@@ -97,35 +121,48 @@ func (s *securityFlags) tlsOpts() ([]kgo.Opt, error) {
 		}
 		cfg.Certificates = []tls.Certificate{cert}
 	}
-	return []kgo.Opt{kgo.DialTLSConfig(cfg)}, nil
+	return cfg, nil
 }
 
-// saslOpts returns the SASL option (none without a mechanism).
-func (s *securityFlags) saslOpts() ([]kgo.Opt, error) {
+// password reads the SASL password: the file's contents, else the
+// environment variable.
+func (s *securityFlags) password() (string, error) {
+	if s.passFile == "" {
+		return os.Getenv(s.envVar()), nil
+	}
+	b, err := os.ReadFile(s.passFile)
+	if err != nil {
+		return "", fmt.Errorf("--%s-sasl-password-file: %w", s.side, err)
+	}
+	return strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r"), nil
+}
+
+// saslMechanism returns the SASL mechanism (nil without one).
+func (s *securityFlags) saslMechanism() (sasl.Mechanism, error) {
 	if s.mechanism == "" {
-		if s.user != "" || s.password != "" {
-			return nil, fmt.Errorf("--%s-sasl-user and --%s-sasl-password need --%s-sasl-mechanism", s.side, s.side, s.side)
+		if s.user != "" || s.passFile != "" {
+			return nil, fmt.Errorf("--%s-sasl-user and --%s-sasl-password-file need --%s-sasl-mechanism", s.side, s.side, s.side)
 		}
 		return nil, nil
-	}
-	pass := s.password
-	if pass == "" {
-		pass = os.Getenv(s.envVar())
 	}
 	if s.user == "" {
 		return nil, fmt.Errorf("--%s-sasl-mechanism %s needs --%s-sasl-user", s.side, s.mechanism, s.side)
 	}
+	pass, err := s.password()
+	if err != nil {
+		return nil, err
+	}
 	if pass == "" {
 		// Caught here, not as an authentication failure on every broker.
-		return nil, fmt.Errorf("--%s-sasl-mechanism %s needs a password: --%s-sasl-password or $%s", s.side, s.mechanism, s.side, s.envVar())
+		return nil, fmt.Errorf("--%s-sasl-mechanism %s needs a password: --%s-sasl-password-file or $%s", s.side, s.mechanism, s.side, s.envVar())
 	}
 	switch strings.ToUpper(s.mechanism) {
 	case "PLAIN":
-		return []kgo.Opt{kgo.SASL(plain.Auth{User: s.user, Pass: pass}.AsMechanism())}, nil
+		return plain.Auth{User: s.user, Pass: pass}.AsMechanism(), nil
 	case "SCRAM-SHA-256":
-		return []kgo.Opt{kgo.SASL(scram.Auth{User: s.user, Pass: pass}.AsSha256Mechanism())}, nil
+		return scram.Auth{User: s.user, Pass: pass}.AsSha256Mechanism(), nil
 	case "SCRAM-SHA-512":
-		return []kgo.Opt{kgo.SASL(scram.Auth{User: s.user, Pass: pass}.AsSha512Mechanism())}, nil
+		return scram.Auth{User: s.user, Pass: pass}.AsSha512Mechanism(), nil
 	}
 	return nil, fmt.Errorf("--%s-sasl-mechanism: %q is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", s.side, s.mechanism)
 }

@@ -2,17 +2,10 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,11 +14,20 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/baton-kafka/baton/internal/testcert"
 	"github.com/baton-kafka/baton/test/embedded"
 )
 
 func TestSASLFlags(t *testing.T) {
 	t.Setenv("BATON_DESTINATION_SASL_PASSWORD", "from-env")
+	dir := t.TempDir()
+	passFile, emptyFile := filepath.Join(dir, "password"), filepath.Join(dir, "empty")
+	if err := os.WriteFile(passFile, []byte("p\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(emptyFile, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name          string
 		args          []string
@@ -34,7 +36,10 @@ func TestSASLFlags(t *testing.T) {
 		wantPrincipal string
 	}{
 		{name: "none", args: nil},
-		{name: "plain", args: []string{"--destination-sasl-mechanism", "PLAIN", "--destination-sasl-user", "r", "--destination-sasl-password", "p"}, wantOpts: 1, wantPrincipal: "User:r"},
+		{name: "plain, password from a file", args: []string{"--destination-sasl-mechanism", "PLAIN", "--destination-sasl-user", "r", "--destination-sasl-password-file", passFile}, wantOpts: 1, wantPrincipal: "User:r"},
+		{name: "a password file that is not there", args: []string{"--destination-sasl-mechanism", "PLAIN", "--destination-sasl-user", "r", "--destination-sasl-password-file", passFile + ".missing"}, wantErr: true},
+		{name: "an empty password file", args: []string{"--destination-sasl-mechanism", "PLAIN", "--destination-sasl-user", "r", "--destination-sasl-password-file", emptyFile}, wantErr: true},
+		{name: "a password file without a mechanism", args: []string{"--destination-sasl-password-file", passFile}, wantErr: true},
 		{name: "scram, password from env", args: []string{"--destination-sasl-mechanism", "scram-sha-512", "--destination-sasl-user", "r"}, wantOpts: 1, wantPrincipal: "User:r"},
 		{name: "scram-256", args: []string{"--destination-sasl-mechanism", "SCRAM-SHA-256", "--destination-sasl-user", "r"}, wantOpts: 1, wantPrincipal: "User:r"},
 		{name: "unknown mechanism", args: []string{"--destination-sasl-mechanism", "GSSAPI", "--destination-sasl-user", "r"}, wantErr: true},
@@ -55,6 +60,15 @@ func TestSASLFlags(t *testing.T) {
 			}
 			if len(opts) != tt.wantOpts {
 				t.Errorf("%d options, want %d", len(opts), tt.wantOpts)
+			}
+			if !tt.wantErr && tt.wantOpts > 0 {
+				want := "from-env"
+				if slices.Contains(tt.args, "--destination-sasl-password-file") {
+					want = "p" // the file's line, without its newline
+				}
+				if got, _ := s.password(); got != want {
+					t.Errorf("password %q, want %q", got, want)
+				}
 			}
 			if !tt.wantErr && s.principal() != tt.wantPrincipal {
 				t.Errorf("principal %q, want %q", s.principal(), tt.wantPrincipal)
@@ -82,7 +96,8 @@ func TestSASLFlagsWithoutPassword(t *testing.T) {
 func TestTLSFlags(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	caPEM, serverCert := testCA(t)
+	ca := testcert.New(t)
+	caPEM, serverCert := ca.PEM, ca.Server
 	caFile := filepath.Join(dir, "ca.pem")
 	if err := os.WriteFile(caFile, caPEM, 0o600); err != nil {
 		t.Fatal(err)
@@ -103,6 +118,8 @@ func TestTLSFlags(t *testing.T) {
 		{"TLS with the system's roots", []string{"--destination-tls"}, "", false},
 		{"missing CA file", []string{"--destination-tls-ca", filepath.Join(dir, "nope.pem")}, "--destination-tls-ca", false},
 		{"cert without key", []string{"--destination-tls-cert", caFile}, "--destination-tls-key", false},
+		{"the certificate's name", []string{"--destination-tls-ca", caFile, "--destination-tls-server-name", "127.0.0.1"}, "", true},
+		{"a name the certificate does not carry", []string{"--destination-tls-ca", caFile, "--destination-tls-server-name", "kafka.example"}, "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var s securityFlags
@@ -137,35 +154,4 @@ func TestTLSFlags(t *testing.T) {
 			}
 		})
 	}
-}
-
-// testCA returns a CA certificate (PEM) and a server certificate for
-// 127.0.0.1 that it signed.
-func testCA(t *testing.T) ([]byte, tls.Certificate) {
-	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "baton test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true}
-	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srvKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		KeyUsage: x509.KeyUsageDigitalSignature}
-	srvDER, err := x509.CreateCertificate(rand.Reader, srv, ca, &srvKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
-		tls.Certificate{Certificate: [][]byte{srvDER}, PrivateKey: srvKey}
 }

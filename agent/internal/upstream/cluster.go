@@ -43,6 +43,9 @@ type Config struct {
 	ReadTimeout time.Duration
 	// Log gets the cluster's records (reachability); nil: slog.Default.
 	Log *slog.Logger
+	// Security is how connections to the cluster are secured; the zero
+	// value is plaintext.
+	Security Security
 	// StartNote, if set, says what the agent does until the cluster first
 	// answers: it ends the WARN record when no broker answered yet.
 	StartNote string
@@ -61,6 +64,7 @@ type Cluster struct {
 	// stallTO the same on a pooled one.
 	readTO  time.Duration
 	stallTO time.Duration
+	sec     Security
 	log     *slog.Logger
 
 	mu         sync.RWMutex
@@ -106,6 +110,7 @@ func New(cfg Config) *Cluster {
 		dialTO:    cfg.DialTimeout,
 		readTO:    cfg.ReadTimeout,
 		stallTO:   cfg.ReadTimeout,
+		sec:       cfg.Security,
 		log:       log.With("cluster", cfg.Name),
 		brokers:   map[int32]string{},
 		leaders:   map[string][]int32{},
@@ -142,19 +147,27 @@ func (u *Cluster) slot(addr string, idx uint64) *poolSlot {
 // none or the one it had died.
 func (u *Cluster) conn(ctx context.Context, addr string, idx uint64) (*Conn, error) {
 	s := u.slot(addr, idx)
-	if c := s.c.Load(); c != nil && !c.Dead() {
+	usable := func(c *Conn) bool { return c != nil && !c.Dead() && !c.expiring(time.Now()) }
+	if c := s.c.Load(); usable(c) {
 		return c, nil
 	}
 	s.dialMu.Lock()
 	defer s.dialMu.Unlock()
-	if c := s.c.Load(); c != nil && !c.Dead() {
-		return c, nil // another request redialed meanwhile
+	old := s.c.Load()
+	if usable(old) {
+		return old, nil // another request redialed meanwhile
 	}
-	c, err := dial(ctx, addr, u.dialTO, u.stallTO)
+	c, err := dial(ctx, addr, u.dialTO, u.stallTO, u.sec)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s cluster: dialing %s: %w", ErrNotSent, u.name, addr, err)
+		if old != nil && !old.Dead() {
+			return old, nil // its session has not ended yet: try again next time
+		}
+		return nil, fmt.Errorf("%w: %s cluster: dialing %s: %w", ErrNotSent, u.name, addr, errprefix.Nested(errPrefix, err))
 	}
 	s.c.Store(c)
+	if old != nil {
+		old.retire()
+	}
 	return c, nil
 }
 
@@ -164,7 +177,7 @@ func (u *Cluster) conn(ctx context.Context, addr string, idx uint64) (*Conn, err
 // oldest unanswered request may wait ReadTimeout. The caller owns it and
 // MUST Close it when done.
 func (u *Cluster) Dial(ctx context.Context, addr string) (*Conn, error) {
-	c, err := dial(ctx, addr, u.dialTO, u.readTO)
+	c, err := dial(ctx, addr, u.dialTO, u.readTO, u.sec)
 	if err != nil {
 		return nil, fmt.Errorf("%s cluster: dialing %s: %w", u.name, addr, err)
 	}

@@ -39,6 +39,14 @@ type Conn struct {
 	qmu   sync.Mutex
 	queue []*Call // written, unanswered, in write order
 
+	// authExpires is when the broker ends the SASL session (KIP-368),
+	// retireAt when the pool stops handing the connection out; zero if the
+	// session never ends. Set before the connection serves.
+	authExpires, retireAt time.Time
+	// retiring: no longer handed out by the pool; closed once its last
+	// request is answered, or at authExpires.
+	retiring atomic.Bool
+
 	dead   chan struct{}
 	once   sync.Once
 	err    atomic.Pointer[error]
@@ -57,10 +65,20 @@ type Call struct {
 	start time.Time // when it was written upstream
 }
 
-func dial(ctx context.Context, addr string, dialTimeout, stallTimeout time.Duration) (*Conn, error) {
-	d := net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
+// dial connects to addr and secures the connection (TLS, SASL) before it
+// is returned; dialTimeout bounds all of it.
+func dial(ctx context.Context, addr string, dialTimeout, stallTimeout time.Duration, sec Security) (*Conn, error) {
+	if dialTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, dialTimeout)
+		defer cancel()
+	}
+	d := net.Dialer{KeepAlive: 30 * time.Second}
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
+		return nil, err
+	}
+	if nc, err = sec.secure(ctx, nc, addr); err != nil {
 		return nil, err
 	}
 	c := &Conn{
@@ -70,6 +88,10 @@ func dial(ctx context.Context, addr string, dialTimeout, stallTimeout time.Durat
 		dead:         make(chan struct{}),
 	}
 	go c.readLoop()
+	if err := sec.authenticate(ctx, c); err != nil {
+		c.die(err)
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -165,6 +187,29 @@ func (c *Conn) sendv(key, ver int16, clientID *string, segs [][]byte, expectResp
 	return cl, nil
 }
 
+// expiring says whether the pool should stop handing c out: its SASL
+// session ends soon.
+func (c *Conn) expiring(now time.Time) bool {
+	return !c.retireAt.IsZero() && !now.Before(c.retireAt)
+}
+
+// retire ends c gracefully once the pool replaced it: the requests on it
+// (those pinned to it included) are answered first, then it closes; at
+// authExpires, when the broker closes it anyway, it closes regardless.
+func (c *Conn) retire() {
+	if c.retiring.Swap(true) {
+		return
+	}
+	c.qmu.Lock()
+	idle := len(c.queue) == 0
+	c.qmu.Unlock()
+	if idle {
+		c.die(errSessionEnded)
+		return
+	}
+	time.AfterFunc(time.Until(c.authExpires), func() { c.die(errSessionEnded) })
+}
+
 // enqueue adds a call about to be written; false if the connection died.
 func (c *Conn) enqueue(cl *Call) bool {
 	c.qmu.Lock()
@@ -197,6 +242,9 @@ func (c *Conn) answered(corr int32) (*Call, error) {
 	if len(c.queue) == 0 {
 		c.queue = nil
 		c.nc.SetReadDeadline(time.Time{})
+		if c.retiring.Load() {
+			go c.die(errSessionEnded) // not under qmu, which die takes
+		}
 	} else {
 		c.nc.SetReadDeadline(c.queue[0].start.Add(c.stallTimeout))
 	}

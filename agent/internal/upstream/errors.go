@@ -15,6 +15,15 @@ var (
 	// connection was dead before it, or the write failed. A broker acts
 	// only on a whole frame, so it may be sent again elsewhere.
 	ErrNotSent = errors.New("upstream: request not sent")
+	// ErrTLS: the TLS handshake with a broker failed (a certificate the
+	// CA does not vouch for, a wrong server name, a plaintext listener).
+	ErrTLS = errors.New("upstream: TLS handshake failed")
+	// ErrAuth: a broker refused the SASL authentication, or it could not
+	// run (the mechanism is not enabled there).
+	ErrAuth = errors.New("upstream: SASL authentication failed")
+	// errSessionEnded closes a connection whose SASL session was about to
+	// end, once a fresh one replaced it in the pool.
+	errSessionEnded = errors.New("upstream: SASL session lifetime ending: replaced by a new connection")
 	// errCorrelationSkew: a broker answered requests out of order.
 	errCorrelationSkew = errors.New("upstream: broker answered out of order")
 	// errUnsolicited: a broker answered when no request waited.

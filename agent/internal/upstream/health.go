@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"errors"
 	"strings"
 	"sync"
 	"time"
@@ -30,11 +31,22 @@ func (u *Cluster) unreachable(err error) {
 	if !first {
 		return
 	}
-	msg := u.name + " cluster unreachable: no broker answered; check that its brokers are up and that this host can reach them (address, port, firewall, advertised listeners)"
+	msg := u.name + " cluster unreachable: no broker answered; " + checkFor(err)
 	if never && h.startNote != "" {
 		msg += "; " + h.startNote
 	}
 	u.log.Warn(msg, "brokers", strings.Join(u.AnyBrokers(), ","), "err", err)
+}
+
+// checkFor says what to check when err kept every broker from answering.
+func checkFor(err error) string {
+	switch {
+	case errors.Is(err, ErrAuth):
+		return "the brokers refused the agent's SASL authentication: check the mechanism (the brokers' sasl.enabled.mechanisms), the user and the password file or variable"
+	case errors.Is(err, ErrTLS):
+		return "the TLS handshake failed: check that the listener speaks TLS, the CA file, the client certificate and that the broker's certificate names the address dialed"
+	}
+	return "check that its brokers are up and that this host can reach them (address, port, firewall, advertised listeners, and whether the listener needs TLS or SASL)"
 }
 
 // reachable records that broker addr of u answered.
