@@ -1,4 +1,5 @@
-// Package saslfake is a minimal Kafka-like broker for review tests: it
+// Package saslfake owns a minimal Kafka-like broker for the agent's upstream
+// SASL tests, for what kfake does not do: it
 // speaks SaslHandshake v1 / SaslAuthenticate v1 and, like Kafka's
 // SocketServer, closes a connection that sends any other request before
 // authentication is complete, or after its session lifetime ended (KIP-368:
@@ -29,7 +30,8 @@ type Broker struct {
 	Steps []string
 	// Lifetime is the SessionLifetimeMillis returned (0: none).
 	Lifetime time.Duration
-	// RejectAuth makes every new SaslAuthenticate fail.
+	// RejectAuth makes every new SaslAuthenticate fail with
+	// SASL_AUTHENTICATION_FAILED, as Kafka answers a wrong password.
 	RejectAuth atomic.Bool
 	// HangNew makes new connections read and never answer.
 	HangNew atomic.Bool
@@ -41,6 +43,8 @@ type Broker struct {
 	// Expired counts connections closed for an expired session, and
 	// Unauthed those closed for a request before auth completed.
 	Expired, Unauthed atomic.Int32
+	// Accepted counts connections accepted.
+	Accepted atomic.Int32
 }
 
 // New starts a broker; Close stops it.
@@ -56,6 +60,7 @@ func New(steps []string, lifetime time.Duration) (*Broker, error) {
 			if err != nil {
 				return
 			}
+			b.Accepted.Add(1)
 			go b.serve(nc)
 		}
 	}()
@@ -95,6 +100,24 @@ func (b *Broker) serve(nc net.Conn) {
 		_, err := nc.Write(append(buf, body...))
 		return err
 	}
+	// Answers to requests after authentication go out in request order,
+	// as a broker's do, from one goroutine that waits while Hold is set.
+	type answer struct {
+		corr int32
+		body []byte
+	}
+	answers := make(chan answer, 1024)
+	defer close(answers)
+	go func() {
+		for a := range answers {
+			for b.Hold.Load() {
+				time.Sleep(5 * time.Millisecond)
+			}
+			if write(a.corr, a.body) != nil {
+				nc.Close()
+			}
+		}
+	}()
 	for {
 		var sz [4]byte
 		if _, err := io.ReadFull(br, sz[:]); err != nil {
@@ -163,18 +186,8 @@ func (b *Broker) serve(nc net.Conn) {
 		resp.SetVersion(0)
 		resp.ApiKeys = []kmsg.ApiVersionsResponseApiKey{{ApiKey: 18, MinVersion: 0, MaxVersion: 0}}
 		out := resp.AppendTo(nil)
-		if b.Hold.Load() {
-			go func() {
-				for b.Hold.Load() {
-					time.Sleep(5 * time.Millisecond)
-				}
-				write(corr, out)
-			}()
-			continue
-		}
-		if err := write(corr, out); err != nil {
-			return
-		}
+		answers <- answer{corr, out} // in order, held while Hold is set
+
 	}
 }
 

@@ -26,12 +26,11 @@ func apiVersions0(ctx context.Context, c *Conn) error {
 	return err
 }
 
-// TestReviewSASLFinalMessageIsWritten: sasl.Session.Challenge may return
-// done together with "an additional last message to be written" (franz-go
-// writes it as one more SaslAuthenticate). authenticate drops it, so the
-// broker never completes authentication and closes the connection at the
-// first real request.
-func TestReviewSASLFinalMessageIsWritten(t *testing.T) {
+// TestSASLFinalMessageIsWritten: sasl.Session.Challenge may return done
+// together with "an additional last message to be written"; it is written
+// as one more SaslAuthenticate (as franz-go does), else the broker never
+// completes authentication and closes the connection at the first request.
+func TestSASLFinalMessageIsWritten(t *testing.T) {
 	b, err := saslfake.New([]string{"first", "final"}, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -50,11 +49,10 @@ func TestReviewSASLFinalMessageIsWritten(t *testing.T) {
 	}
 }
 
-// TestReviewSASLAuthenticateGetsHostPort: sasl.Mechanism.Authenticate
-// documents "host:port" (franz-go passes cxn.addr); authenticate passes the
-// bare host, and franz-go's AWS_MSK_IAM mechanism then fails on every
-// broker (net.SplitHostPort: missing port in address).
-func TestReviewSASLAuthenticateGetsHostPort(t *testing.T) {
+// TestSASLAuthenticateGetsHostPort: sasl.Mechanism.Authenticate gets
+// "host:port", as its contract says and franz-go passes; franz-go's
+// AWS_MSK_IAM mechanism fails on a bare host.
+func TestSASLAuthenticateGetsHostPort(t *testing.T) {
 	b, err := saslfake.New([]string{"x"}, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -78,12 +76,11 @@ func TestReviewSASLAuthenticateGetsHostPort(t *testing.T) {
 	}
 }
 
-// TestReviewPoolHandsOutConnPastSessionEnd: once redial fails, conn keeps
-// returning the old connection even after its session ended; Kafka closes
-// such a connection when the next request arrives ("Disconnecting expired
-// channel"), so the request is written and then in doubt (ErrConnClosed)
-// instead of not sent (ErrNotSent).
-func TestReviewPoolHandsOutConnPastSessionEnd(t *testing.T) {
+// TestPoolNeverHandsOutAConnPastSessionEnd: when the replacement cannot be
+// dialed, the old connection is handed out only until its session ends;
+// after that the request is not sent (Kafka would close the connection at
+// it, leaving it in doubt).
+func TestPoolNeverHandsOutAConnPastSessionEnd(t *testing.T) {
 	const life = 400 * time.Millisecond
 	b, err := saslfake.New([]string{"x"}, life)
 	if err != nil {
@@ -114,13 +111,12 @@ func TestReviewPoolHandsOutConnPastSessionEnd(t *testing.T) {
 	}
 }
 
-// TestReviewPinnedSendRefusedOnRetiringConn: a request pinned to a pooled
-// connection (a partition with produces outstanding on it) is refused
-// (ErrNotSent, errEarlierInDoubt) as soon as the pool replaced that
-// connection for its SASL lifetime, though the connection is alive, its
-// session not over, and nothing on it is in doubt: the agent answers the
-// client a retriable error on every rotation under load.
-func TestReviewPinnedSendRefusedOnRetiringConn(t *testing.T) {
+// TestPinnedSendGoesOnARetiringConn: a request pinned to a pooled
+// connection (a partition with produces outstanding on it) still goes on it
+// after the pool replaced it for its SASL lifetime, while it is alive and
+// its session not over: refusing it would answer the client a retriable
+// error at every rotation under load.
+func TestPinnedSendGoesOnARetiringConn(t *testing.T) {
 	b, err := saslfake.New([]string{"x"}, time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -153,11 +149,10 @@ func TestReviewPinnedSendRefusedOnRetiringConn(t *testing.T) {
 	}
 }
 
-// TestReviewTLSMissingIsNotCalledASASLRefusal: a SASL_SSL listener dialed
-// with SASL but without TLS closes the connection during the SASL
-// handshake; the error wraps ErrAuth, and the WARN tells the operator the
-// brokers refused the SASL credentials (check user and password).
-func TestReviewTLSMissingIsNotCalledASASLRefusal(t *testing.T) {
+// TestTLSMissingIsNotCalledASASLRefusal: a SASL_SSL listener dialed with
+// SASL but without TLS closes the connection during the SASL handshake;
+// that is not a refusal of the credentials, and the WARN does not say so.
+func TestTLSMissingIsNotCalledASASLRefusal(t *testing.T) {
 	ca := testcert.New(t)
 	kc, err := kfake.NewCluster(append(saslBroker("PLAIN"), kfake.NumBrokers(1),
 		kfake.TLS(&tls.Config{Certificates: []tls.Certificate{ca.Server}, MinVersion: tls.VersionTLS12}))...)

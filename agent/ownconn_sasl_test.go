@@ -9,13 +9,11 @@ import (
 	"github.com/baton-kafka/baton/internal/saslfake"
 )
 
-// TestReviewOwnConnPastSessionEnd: a client connection's own upstream
-// connection (Fetch, JoinGroup, SyncGroup: router.ownConn) is reused while
-// not Dead, never replaced before its SASL session lifetime ends: Kafka
-// closes it at the first request after the end ("Disconnecting expired
-// channel"), so every connections.max.reauth.ms a consumer's Fetch or a
-// member's JoinGroup/SyncGroup fails in doubt.
-func TestReviewOwnConnPastSessionEnd(t *testing.T) {
+// TestOwnConnReplacedBeforeSessionEnd: a client connection's own upstream
+// connection (Fetch, JoinGroup, SyncGroup: router.ownConn) is replaced
+// before its SASL session ends, as pooled ones are: Kafka closes it at the
+// first request after the end, failing that Fetch or JoinGroup in doubt.
+func TestOwnConnReplacedBeforeSessionEnd(t *testing.T) {
 	const life = 400 * time.Millisecond
 	b, err := saslfake.New([]string{"x"}, life)
 	if err != nil {
