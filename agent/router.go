@@ -83,8 +83,9 @@ func (r *router) ownConn(ctx context.Context, up *upstream.Cluster, addr string)
 	if r.closed {
 		return nil, fmt.Errorf("%w: %s: the client connection closed", upstream.ErrConnClosed, addr)
 	}
-	if c := r.own[k]; c != nil && !c.Dead() {
-		return c, nil
+	old := r.own[k]
+	if old != nil && !old.Dead() && !old.Expiring(time.Now()) {
+		return old, nil
 	}
 	c, err := up.Dial(ctx, addr)
 	if err != nil {
@@ -94,6 +95,9 @@ func (r *router) ownConn(ctx context.Context, up *upstream.Cluster, addr string)
 		r.own = map[ownKey]*upstream.Conn{}
 	}
 	r.own[k] = c
+	if old != nil {
+		old.Retire() // its SASL session ends soon: closed once answered
+	}
 	return c, nil
 }
 

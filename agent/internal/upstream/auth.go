@@ -54,32 +54,38 @@ func (s Security) authenticate(ctx context.Context, c *Conn) error {
 	if s.SASL == nil {
 		return nil
 	}
+	// fail: the broker (or the mechanism) refused; unfinished: the
+	// exchange broke off (the broker closed the connection, as a TLS
+	// listener dialed without TLS does), which is not a refusal.
 	fail := func(err error) error {
 		return fmt.Errorf("%w with %s at %s: %w", ErrAuth, s.SASL.Name(), c.addr, errprefix.Nested(errPrefix, err))
+	}
+	unfinished := func(err error) error {
+		return fmt.Errorf("SASL %s at %s broke off: %w", s.SASL.Name(), c.addr, err)
 	}
 	hs := kmsg.NewPtrSASLHandshakeRequest()
 	hs.Version, hs.Mechanism = 1, s.SASL.Name()
 	hsResp := kmsg.NewPtrSASLHandshakeResponse()
 	if err := roundTrip(ctx, c, hs, hsResp); err != nil {
-		return fail(err)
+		return unfinished(err)
 	}
 	if err := kerr.ErrorForCode(hsResp.ErrorCode); err != nil {
 		return fail(fmt.Errorf("the broker enables %v: %w", hsResp.SupportedMechanisms, err))
 	}
-	host, _, err := net.SplitHostPort(c.addr)
-	if err != nil {
-		host = c.addr
-	}
-	session, msg, err := s.SASL.Authenticate(ctx, host)
+	// host:port, as the sasl.Mechanism contract (and franz-go) has it.
+	session, msg, err := s.SASL.Authenticate(ctx, c.addr)
 	if err != nil {
 		return fail(err)
 	}
-	for {
+	// As franz-go: a session that is done may still have a last message to
+	// write, whose answer is read but not given to Challenge.
+	for done := false; !done || len(msg) > 0; {
 		auth := kmsg.NewPtrSASLAuthenticateRequest()
 		auth.Version, auth.SASLAuthBytes = 1, msg
 		resp := kmsg.NewPtrSASLAuthenticateResponse()
+		sent := time.Now() // the broker's session clock starts before our answer arrives
 		if err := roundTrip(ctx, c, auth, resp); err != nil {
-			return fail(err)
+			return unfinished(err)
 		}
 		if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
 			if resp.ErrorMessage != nil {
@@ -87,23 +93,26 @@ func (s Security) authenticate(ctx context.Context, c *Conn) error {
 			}
 			return fail(err)
 		}
-		if life := time.Duration(resp.SessionLifetimeMillis) * time.Millisecond; life > 0 {
+		if life := time.Duration(min(resp.SessionLifetimeMillis, maxSessionLifetime.Milliseconds())) * time.Millisecond; life > 0 {
 			// The broker closes the connection at the session's end
 			// (KIP-368, connections.max.reauth.ms): the pool replaces it
-			// a tenth of the lifetime before (see Conn.retire).
-			c.retireAt = time.Now().Add(life - life/10)
-			c.authExpires = time.Now().Add(life)
+			// a tenth of the lifetime before (see Conn.Retire).
+			c.retireAt = sent.Add(life - life/10)
+			c.authExpires = sent.Add(life)
 		}
-		done, next, err := session.Challenge(resp.SASLAuthBytes)
-		if err != nil {
-			return fail(err)
+		msg = nil
+		if !done {
+			if done, msg, err = session.Challenge(resp.SASLAuthBytes); err != nil {
+				return fail(err)
+			}
 		}
-		if done {
-			return nil
-		}
-		msg = next
 	}
+	return nil
 }
+
+// maxSessionLifetime bounds a broker's session lifetime, as franz-go does:
+// a larger one would overflow a time.Duration.
+const maxSessionLifetime = 365 * 24 * time.Hour
 
 // roundTrip sends req on c and decodes its answer into resp.
 func roundTrip(ctx context.Context, c *Conn, req kmsg.Request, resp kmsg.Response) error {

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"github.com/baton-kafka/baton/internal/saslfake"
 	"github.com/baton-kafka/baton/internal/testcert"
 )
 
@@ -39,8 +40,11 @@ func TestSecurity(t *testing.T) {
 		{"SCRAM-SHA-256", saslBroker("SCRAM-SHA-256"), Security{SASL: scram256}, nil},
 		{"SCRAM-SHA-512", saslBroker("SCRAM-SHA-512"), Security{SASL: scram.Auth{User: "agent", Pass: "s3cret"}.AsSha512Mechanism()}, nil},
 		{"SCRAM-SHA-256 over TLS", append(saslBroker("SCRAM-SHA-256"), kfake.TLS(serverTLS)), Security{TLS: clientTLS, SASL: scram256}, nil},
-		{"a wrong password", saslBroker("SCRAM-SHA-256"), Security{SASL: scram.Auth{User: "agent", Pass: "wrong"}.AsSha256Mechanism()}, ErrAuth},
-		{"a mechanism the user has no credentials for", saslBroker("PLAIN"), Security{SASL: scram256}, ErrAuth},
+		// kfake closes the connection on a wrong password, where Kafka
+		// answers SASL_AUTHENTICATION_FAILED (TestRefusedAuthIsErrAuth):
+		// not authenticated either way, and not called a refusal.
+		{"a wrong password", saslBroker("SCRAM-SHA-256"), Security{SASL: scram.Auth{User: "agent", Pass: "wrong"}.AsSha256Mechanism()}, ErrConnClosed},
+		{"a mechanism the user has no credentials for", saslBroker("PLAIN"), Security{SASL: scram256}, ErrConnClosed},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -64,6 +68,30 @@ func TestSecurity(t *testing.T) {
 				t.Fatalf("metadata: %v, want an error wrapping %v", err, c.wantErr)
 			}
 		})
+	}
+}
+
+// TestRefusedAuthIsErrAuth: a broker that answers SaslAuthenticate with
+// SASL_AUTHENTICATION_FAILED, as Kafka does for a wrong password, gives an
+// error wrapping ErrAuth, and the WARN names the credentials.
+func TestRefusedAuthIsErrAuth(t *testing.T) {
+	t.Parallel()
+	b, err := saslfake.New([]string{"x"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	b.RejectAuth.Store(true)
+	u := New(Config{Name: "source", Bootstrap: []string{b.Addr}, PoolSize: 1, DialTimeout: 5 * time.Second,
+		ReadTimeout: 5 * time.Second, Security: Security{SASL: &saslfake.Mechanism{Steps: []string{"x"}}}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = u.Metadata(ctx, nil, false)
+	if !errors.Is(err, ErrAuth) {
+		t.Fatalf("metadata: %v, want an error wrapping ErrAuth", err)
+	}
+	if msg := checkFor(err); !strings.Contains(msg, "refused the agent's SASL") {
+		t.Errorf("checkFor = %q, want it to name the credentials", msg)
 	}
 }
 
@@ -100,7 +128,7 @@ func TestSessionLifetimeReplacesTheConnection(t *testing.T) {
 	}
 	// Until the retire time the pool hands out the same connection; past
 	// it, a new one.
-	for !first.expiring(time.Now()) {
+	for !first.Expiring(time.Now()) {
 		if c, err := u.conn(ctx, addr, 0); err != nil || c != first {
 			t.Fatalf("before its retire time the pool gave %p (%v), want the first %p", c, err, first)
 		}

@@ -89,7 +89,14 @@ type Cluster struct {
 type poolSlot struct {
 	dialMu sync.Mutex
 	c      atomic.Pointer[Conn]
+	// nextRedial (unix nanoseconds): while the connection's SASL session
+	// is ending and dialing its replacement failed, no new dial before.
+	nextRedial atomic.Int64
 }
+
+// redialBackoff spaces the dials of a replacement for a connection whose
+// SASL session is ending, after one failed.
+const redialBackoff = time.Second
 
 type coordKey struct {
 	typ int8
@@ -147,8 +154,15 @@ func (u *Cluster) slot(addr string, idx uint64) *poolSlot {
 // none or the one it had died.
 func (u *Cluster) conn(ctx context.Context, addr string, idx uint64) (*Conn, error) {
 	s := u.slot(addr, idx)
-	usable := func(c *Conn) bool { return c != nil && !c.Dead() && !c.expiring(time.Now()) }
+	now := time.Now()
+	usable := func(c *Conn) bool { return c != nil && !c.Dead() && !c.Expiring(now) }
 	if c := s.c.Load(); usable(c) {
+		return c, nil
+	}
+	// A connection whose session is ending is still handed out while a
+	// replacement failed to dial a moment ago: redial at most once per
+	// backoff, not on every request (each would wait out DialTimeout).
+	if c := s.c.Load(); c != nil && c.usableUntil(now) && now.UnixNano() < s.nextRedial.Load() {
 		return c, nil
 	}
 	s.dialMu.Lock()
@@ -157,16 +171,21 @@ func (u *Cluster) conn(ctx context.Context, addr string, idx uint64) (*Conn, err
 	if usable(old) {
 		return old, nil // another request redialed meanwhile
 	}
+	if old != nil && old.usableUntil(time.Now()) && time.Now().UnixNano() < s.nextRedial.Load() {
+		return old, nil // another request's redial just failed
+	}
 	c, err := dial(ctx, addr, u.dialTO, u.stallTO, u.sec)
 	if err != nil {
-		if old != nil && !old.Dead() {
-			return old, nil // its session has not ended yet: try again next time
+		if old != nil && old.usableUntil(time.Now()) {
+			// Its session has not ended: keep using it, try again later.
+			s.nextRedial.Store(time.Now().Add(redialBackoff).UnixNano())
+			return old, nil
 		}
 		return nil, fmt.Errorf("%w: %s cluster: dialing %s: %w", ErrNotSent, u.name, addr, errprefix.Nested(errPrefix, err))
 	}
 	s.c.Store(c)
 	if old != nil {
-		old.retire()
+		old.Retire()
 	}
 	return c, nil
 }
@@ -196,7 +215,7 @@ func (u *Cluster) sendv(ctx context.Context, addr string, idx uint64, key, ver i
 			return nil, err
 		}
 		var cl *Call
-		if cl, err = c.sendv(key, ver, clientID, segs, expect); err == nil || !errors.Is(err, ErrNotSent) {
+		if cl, err = c.sendv(key, ver, clientID, segs, expect, false); err == nil || !errors.Is(err, ErrNotSent) {
 			return cl, err
 		}
 	}
@@ -219,10 +238,13 @@ func (u *Cluster) SendvOn(ctx context.Context, addr string, slot uint64, want *C
 	if want == nil {
 		return u.sendv(ctx, addr, slot, key, ver, clientID, segs, expect)
 	}
-	if c := u.slot(addr, slot).c.Load(); c != want {
+	// A connection replaced only because its SASL session ends soon is
+	// alive, and still takes the requests pinned to it until the end.
+	replaced := want.retiring.Load() && want.usableUntil(time.Now())
+	if c := u.slot(addr, slot).c.Load(); c != want && !replaced {
 		return nil, fmt.Errorf("%w: %w: %s", ErrNotSent, errprefix.Nested(errPrefix, errEarlierInDoubt), addr)
 	}
-	return want.sendv(key, ver, clientID, segs, expect)
+	return want.sendv(key, ver, clientID, segs, expect, true)
 }
 
 // Send writes a request body (encoded, without header) of key at version

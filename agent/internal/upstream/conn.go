@@ -147,17 +147,24 @@ func (c *Conn) deathErr() error {
 // ErrNotSent means the broker cannot have seen the request; after any
 // other error it may have. Send does not keep body.
 func (c *Conn) Send(key, ver int16, clientID *string, body []byte, expectResp bool) (*Call, error) {
-	return c.sendv(key, ver, clientID, [][]byte{body}, expectResp)
+	return c.sendv(key, ver, clientID, [][]byte{body}, expectResp, false)
 }
 
 // sendv writes one request whose body is the concatenation of segs, with
 // one writev and without copying the segments. An error wrapping
 // ErrNotSent means the broker cannot have seen the request.
-func (c *Conn) sendv(key, ver int16, clientID *string, segs [][]byte, expectResp bool) (*Call, error) {
+//
+// A retiring connection (replaced before its SASL session ends) takes only
+// pinned requests (see retire), until the session ends; others are not
+// sent, and the pool sends them on the connection that replaced it.
+func (c *Conn) sendv(key, ver int16, clientID *string, segs [][]byte, expectResp, pinned bool) (*Call, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if c.Dead() {
 		return nil, fmt.Errorf("%w: %w", ErrNotSent, errprefix.Nested(errPrefix, c.deathErr()))
+	}
+	if !expectResp && !c.takes(pinned, time.Now()) {
+		return nil, fmt.Errorf("%w: %s: %w", ErrNotSent, c.addr, errRetired)
 	}
 	c.corr++
 	cl := &Call{conn: c, corr: c.corr, key: key, ver: ver, done: make(chan struct{}), start: time.Now()}
@@ -168,8 +175,10 @@ func (c *Conn) sendv(key, ver int16, clientID *string, segs [][]byte, expectResp
 	}
 	binary.BigEndian.PutUint32(c.buf, uint32(size))
 	// Queued before it is written: the answer may come before Write returns.
-	if expectResp && !c.enqueue(cl) {
-		return nil, fmt.Errorf("%w: %w", ErrNotSent, errprefix.Nested(errPrefix, c.deathErr()))
+	if expectResp {
+		if err := c.enqueue(cl, pinned); err != nil {
+			return nil, err
+		}
 	}
 	c.iov = append(append(c.iov[:0], c.buf), segs...)
 	bufs := net.Buffers(c.iov)
@@ -187,41 +196,75 @@ func (c *Conn) sendv(key, ver int16, clientID *string, segs [][]byte, expectResp
 	return cl, nil
 }
 
-// expiring says whether the pool should stop handing c out: its SASL
-// session ends soon.
-func (c *Conn) expiring(now time.Time) bool {
+// Expiring says whether c should no longer take new requests because its
+// SASL session ends soon: whoever hands it out dials a replacement and
+// retires c.
+func (c *Conn) Expiring(now time.Time) bool {
 	return !c.retireAt.IsZero() && !now.Before(c.retireAt)
 }
 
-// retire ends c gracefully once the pool replaced it: the requests on it
-// (those pinned to it included) are answered first, then it closes; at
-// authExpires, when the broker closes it anyway, it closes regardless.
-func (c *Conn) retire() {
+// usableUntil says whether c can still be written at now: alive, and its
+// SASL session (if it ends) not over.
+func (c *Conn) usableUntil(now time.Time) bool {
+	return !c.Dead() && (c.authExpires.IsZero() || now.Before(c.authExpires))
+}
+
+// takes says whether c accepts a request now: any while not retiring; once
+// retiring, only pinned ones (a partition's next request behind those
+// outstanding on c), until the session ends.
+func (c *Conn) takes(pinned bool, now time.Time) bool {
+	return !c.retiring.Load() || (pinned && c.usableUntil(now))
+}
+
+// Retire ends c gracefully once a new connection replaced it: the requests
+// on it are answered, pinned ones may still join them until its SASL
+// session ends, then it closes. It is not closed at the session's end
+// with requests on it: a broker answers what it received before the end
+// and closes the connection only when a request comes after it (Kafka's
+// "Disconnecting expired channel"), which takes() prevents. Retiring twice
+// does nothing.
+func (c *Conn) Retire() {
+	c.qmu.Lock()
 	if c.retiring.Swap(true) {
+		c.qmu.Unlock()
 		return
 	}
+	idle := len(c.queue) == 0
+	c.qmu.Unlock()
+	if idle {
+		c.closeIfIdle()
+	}
+}
+
+// closeIfIdle closes a retiring c if nothing waits on it. It holds the
+// write lock, so no request is cut half written.
+func (c *Conn) closeIfIdle() {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
 	c.qmu.Lock()
 	idle := len(c.queue) == 0
 	c.qmu.Unlock()
 	if idle {
 		c.die(errSessionEnded)
-		return
 	}
-	time.AfterFunc(time.Until(c.authExpires), func() { c.die(errSessionEnded) })
 }
 
-// enqueue adds a call about to be written; false if the connection died.
-func (c *Conn) enqueue(cl *Call) bool {
+// enqueue adds a call about to be written; ErrNotSent if c died or no
+// longer takes it (retiring).
+func (c *Conn) enqueue(cl *Call, pinned bool) error {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	if c.Dead() {
-		return false
+		return fmt.Errorf("%w: %w", ErrNotSent, errprefix.Nested(errPrefix, c.deathErr()))
+	}
+	if !c.takes(pinned, time.Now()) {
+		return fmt.Errorf("%w: %s: %w", ErrNotSent, c.addr, errRetired)
 	}
 	c.queue = append(c.queue, cl)
 	if len(c.queue) == 1 {
 		c.nc.SetReadDeadline(cl.start.Add(c.stallTimeout))
 	}
-	return true
+	return nil
 }
 
 // answered takes the oldest call off the queue for the response with
@@ -243,7 +286,7 @@ func (c *Conn) answered(corr int32) (*Call, error) {
 		c.queue = nil
 		c.nc.SetReadDeadline(time.Time{})
 		if c.retiring.Load() {
-			go c.die(errSessionEnded) // not under qmu, which die takes
+			go c.closeIfIdle() // not under qmu, which it takes
 		}
 	} else {
 		c.nc.SetReadDeadline(c.queue[0].start.Add(c.stallTimeout))

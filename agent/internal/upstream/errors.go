@@ -24,6 +24,9 @@ var (
 	// errSessionEnded closes a connection whose SASL session was about to
 	// end, once a fresh one replaced it in the pool.
 	errSessionEnded = errors.New("upstream: SASL session lifetime ending: replaced by a new connection")
+	// errRetired: the connection is being replaced before its SASL
+	// session ends and takes no new requests.
+	errRetired = errors.New("upstream: connection retiring before its SASL session ends")
 	// errCorrelationSkew: a broker answered requests out of order.
 	errCorrelationSkew = errors.New("upstream: broker answered out of order")
 	// errUnsolicited: a broker answered when no request waited.
