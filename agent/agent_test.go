@@ -58,6 +58,13 @@ func startFixture(t *testing.T, routes []agent.Route, opts ...agent.Opt) *fixtur
 	if err != nil {
 		t.Fatal(err)
 	}
+	serve(t, a)
+	return &fixture{src: src, dst: dst, agent: a, addr: a.Addr()}
+}
+
+// serve runs a until t ends and returns once it serves (within a minute).
+func serve(t *testing.T, a *agent.Agent) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
@@ -71,8 +78,9 @@ func startFixture(t *testing.T, routes []agent.Route, opts ...agent.Opt) *fixtur
 	case <-a.Ready():
 	case err := <-done:
 		t.Fatalf("agent.Run returned before serving: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("the agent did not serve within a minute (the source never answered it)")
 	}
-	return &fixture{src: src, dst: dst, agent: a, addr: a.Addr()}
 }
 
 type testWriter struct{ t *testing.T }

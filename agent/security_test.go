@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"testing"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -67,22 +66,7 @@ func TestSecuredClusters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("agent.Run: %v", err)
-		}
-	}()
-	select {
-	case <-a.Ready():
-	case err := <-done:
-		t.Fatalf("agent.Run returned before serving: %v", err)
-	case <-time.After(time.Minute):
-		t.Fatal("the agent did not serve within a minute: it never authenticated with the source")
-	}
+	serve(t, a)
 
 	cl := newClient(t, a.Addr())
 	srcAcks := produceN(t, cl, toSource, 30)

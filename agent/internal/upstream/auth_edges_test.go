@@ -82,13 +82,7 @@ func TestSASLAuthenticateGetsHostPort(t *testing.T) {
 // it, leaving it in doubt).
 func TestPoolNeverHandsOutAConnPastSessionEnd(t *testing.T) {
 	const life = 400 * time.Millisecond
-	b, err := saslfake.New([]string{"x"}, life)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	u := New(Config{Name: "source", Bootstrap: []string{b.Addr}, PoolSize: 1, DialTimeout: time.Second,
-		ReadTimeout: 5 * time.Second, Security: Security{SASL: &saslfake.Mechanism{Steps: []string{"x"}}}})
+	b, u := saslPool(t, life, time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	first, err := u.conn(ctx, b.Addr, 0)
@@ -96,7 +90,7 @@ func TestPoolNeverHandsOutAConnPastSessionEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.RejectAuth.Store(true) // new connections fail to authenticate
-	time.Sleep(time.Until(first.authExpires) + 50*time.Millisecond)
+	waitPast(first.authExpires)
 	cl, err := u.Send(ctx, b.Addr, 0, 18, 0, nil, nil, true)
 	if err != nil {
 		if !errors.Is(err, ErrNotSent) {
@@ -117,13 +111,7 @@ func TestPoolNeverHandsOutAConnPastSessionEnd(t *testing.T) {
 // its session not over: refusing it would answer the client a retriable
 // error at every rotation under load.
 func TestPinnedSendGoesOnARetiringConn(t *testing.T) {
-	b, err := saslfake.New([]string{"x"}, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	u := New(Config{Name: "source", Bootstrap: []string{b.Addr}, PoolSize: 1, DialTimeout: time.Second,
-		ReadTimeout: 5 * time.Second, Security: Security{SASL: &saslfake.Mechanism{Steps: []string{"x"}}}})
+	b, u := saslPool(t, time.Second, time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	first, err := u.conn(ctx, b.Addr, 0)
@@ -135,7 +123,7 @@ func TestPinnedSendGoesOnARetiringConn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Until(first.retireAt) + 10*time.Millisecond)
+	waitPast(first.retireAt)
 	if second, err := u.conn(ctx, b.Addr, 0); err != nil || second == first { // another client's request rotates the slot
 		t.Fatalf("rotation: %v", err)
 	}
@@ -170,5 +158,27 @@ func TestTLSMissingIsNotCalledASASLRefusal(t *testing.T) {
 	}
 	if msg := checkFor(err); strings.Contains(msg, "refused the agent's SASL") {
 		t.Fatalf("the broker never answered the SASL handshake (it closed: no TLS), yet: %q\nerr: %v", msg, err)
+	}
+}
+
+// saslPool starts a saslfake broker whose sessions last life (0: forever)
+// and a one-connection pool that authenticates to it; both end with t.
+func saslPool(t *testing.T, life, dialTimeout time.Duration) (*saslfake.Broker, *Cluster) {
+	t.Helper()
+	b, err := saslfake.New([]string{"x"}, life)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	u := New(Config{Name: "source", Bootstrap: []string{b.Addr}, PoolSize: 1, DialTimeout: dialTimeout,
+		ReadTimeout: 5 * time.Second, Security: Security{SASL: &saslfake.Mechanism{Steps: []string{"x"}}}})
+	return b, u
+}
+
+// waitPast returns once the clock has passed at: the session moments
+// (retire, expiry) these tests cross are points in time, not events.
+func waitPast(at time.Time) {
+	for !time.Now().After(at) {
+		time.Sleep(time.Millisecond)
 	}
 }

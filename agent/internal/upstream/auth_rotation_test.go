@@ -7,8 +7,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/baton-kafka/baton/internal/saslfake"
 )
 
 // TestRotationFailsNoRequestInDoubt: requests sent through the pool while
@@ -19,13 +17,7 @@ import (
 // refused by it.
 func TestRotationFailsNoRequestInDoubt(t *testing.T) {
 	t.Parallel()
-	b, err := saslfake.New([]string{"x"}, 100*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	u := New(Config{Name: "source", Bootstrap: []string{b.Addr}, PoolSize: 1, DialTimeout: time.Second,
-		ReadTimeout: 5 * time.Second, Security: Security{SASL: &saslfake.Mechanism{Steps: []string{"x"}}}})
+	b, u := saslPool(t, 100*time.Millisecond, time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	var inDoubt, ok atomic.Int64
@@ -65,13 +57,7 @@ func TestRotationFailsNoRequestInDoubt(t *testing.T) {
 // wait out a redial: one failed redial holds the next off for a backoff.
 func TestExpiringSlotRedialsOncePerBackoff(t *testing.T) {
 	t.Parallel()
-	b, err := saslfake.New([]string{"x"}, 3*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	u := New(Config{Name: "source", Bootstrap: []string{b.Addr}, PoolSize: 1, DialTimeout: 100 * time.Millisecond,
-		ReadTimeout: 5 * time.Second, Security: Security{SASL: &saslfake.Mechanism{Steps: []string{"x"}}}})
+	b, u := saslPool(t, 3*time.Second, 100*time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	first, err := u.conn(ctx, b.Addr, 0)
@@ -79,9 +65,7 @@ func TestExpiringSlotRedialsOncePerBackoff(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.HangNew.Store(true)
-	for !first.Expiring(time.Now()) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitPast(first.retireAt)
 	before := b.Accepted.Load()
 	const n = 5
 	for range n {

@@ -14,7 +14,6 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
-	"github.com/baton-kafka/baton/internal/saslfake"
 	"github.com/baton-kafka/baton/internal/testcert"
 )
 
@@ -76,17 +75,11 @@ func TestSecurity(t *testing.T) {
 // error wrapping ErrAuth, and the WARN names the credentials.
 func TestRefusedAuthIsErrAuth(t *testing.T) {
 	t.Parallel()
-	b, err := saslfake.New([]string{"x"}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b, u := saslPool(t, 0, 5*time.Second)
 	b.RejectAuth.Store(true)
-	u := New(Config{Name: "source", Bootstrap: []string{b.Addr}, PoolSize: 1, DialTimeout: 5 * time.Second,
-		ReadTimeout: 5 * time.Second, Security: Security{SASL: &saslfake.Mechanism{Steps: []string{"x"}}}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err = u.Metadata(ctx, nil, false)
+	_, err := u.Metadata(ctx, nil, false)
 	if !errors.Is(err, ErrAuth) {
 		t.Fatalf("metadata: %v, want an error wrapping ErrAuth", err)
 	}
