@@ -66,6 +66,9 @@ func (a *Agent) applyRoutes(version uint64, trs []*batonv1.TopicRoute) error {
 			return fmt.Errorf("topic %q: %w", tr.GetTopic(), err)
 		}
 		r.State, r.Mode = st, migration.HoldModeFromProto(tr.GetMode())
+		if r.copied, err = indexCopied(tr.GetTopic(), tr.GetSourceBatches()); err != nil {
+			return fmt.Errorf("topic %q: %w", tr.GetTopic(), err)
+		}
 		routes = append(routes, r)
 	}
 	if err := checkTopicRoutes(routes); err != nil {

@@ -6,9 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/baton-kafka/baton/migration"
@@ -28,35 +26,10 @@ func TestLaterBatchSuccessClosesTheGap(t *testing.T) {
 	const topic = "gapack"
 	const deadline = 2 * time.Second
 	routes := NewRouteTable([]Route{{Topic: topic, State: migration.Complete}})
-	a, src, dst := startInternalAgent(t, 1, Routes(routes), ForwardDeadline(deadline))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-
-	var srcCl *kgo.Client
-	for _, c := range []struct {
-		name string
-		addr []string
-	}{{"source", src.Addrs()}, {"destination", dst.Addrs()}} {
-		cl, err := kgo.NewClient(kgo.SeedBrokers(c.addr...))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cl.Close()
-		if c.name == "source" {
-			srcCl = cl
-		}
-		if resp, err := kadm.NewClient(cl).CreateTopic(ctx, 1, 1, nil, topic); err != nil || resp.Err != nil {
-			t.Fatalf("creating %s on the %s: %v %v", topic, c.name, err, resp.Err)
-		}
-	}
-	ipid, err := kmsg.NewPtrInitProducerIDRequest().RequestWith(ctx, srcCl)
-	if err == nil {
-		err = kerr.ErrorForCode(ipid.ErrorCode)
-	}
-	if err != nil {
-		t.Fatalf("InitProducerID: %v", err)
-	}
-	pid, epoch := ipid.ProducerID, ipid.ProducerEpoch
+	f := newIdempotentFixture(t, ctx, topic, Routes(routes), ForwardDeadline(deadline))
+	a, dst, pid, epoch := f.a, f.dst, f.pid, f.epoch
 
 	conn := DialRaw(t, a.Addr())
 	produceReq := func(seq int32) *kmsg.ProduceRequest {

@@ -335,14 +335,24 @@ func (r *router) mapProducers(ctx context.Context, req *kmsg.ProduceRequest, sha
 }
 
 // alreadyInSource reports whether a batch about to start its producer's
-// stream toward the destination is a retry of an uncertain source write
-// the source holds, and its offset there (see uncertain.go).
+// stream toward the destination is a retry of a source write the
+// replicator copied (the route says so) or of an uncertain one the source
+// holds, and its offset (see uncertain.go).
 func (a *Agent) alreadyInSource(ctx context.Context, src recordbatch.Producer, part tp, records []byte) (int64, bool) {
 	if a.pids.started(src, part) {
 		return 0, false // the destination stream dedupes retries from here on
 	}
 	k, ok := batchKey(records, part)
-	if !ok || !a.uncertain.take(k) {
+	if !ok {
+		return 0, false
+	}
+	if off, ok := a.routes.Lookup(part.topic).copied.offset(k); ok {
+		a.uncertain.take(k)
+		a.log.Debug("retry of a source write answered from the replicator's copy", "topic", part.topic,
+			"partition", part.partition, "producer_id", src.ID, "sequence", src.BaseSeq, "offset", off)
+		return off, true
+	}
+	if !a.uncertain.take(k) {
 		return 0, false
 	}
 	off, err := a.findInSource(ctx, k)

@@ -24,6 +24,11 @@ type Route struct {
 	// ForwardDeadline is F for this topic as the control plane pushed it;
 	// 0: the control plane's (or, with static routes, the agent's) own.
 	ForwardDeadline time.Duration
+
+	// copied are, once COMPLETE, the last batches of each idempotent
+	// source producer the replicator copied, with their offsets: a retry
+	// of one is answered, not written again (see uncertain.go).
+	copied *copiedBatches
 }
 
 // Cluster names a route target.

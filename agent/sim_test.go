@@ -56,6 +56,7 @@ import (
 	"github.com/baton-kafka/baton/controlplane"
 	"github.com/baton-kafka/baton/filter"
 	"github.com/baton-kafka/baton/migration"
+	"github.com/baton-kafka/baton/replicator"
 	"github.com/baton-kafka/baton/xds"
 )
 
@@ -433,14 +434,14 @@ func (r *simRepl) Start(string) error {
 	return nil
 }
 
-func (r *simRepl) Stop(context.Context, string) (map[int32]int64, error) {
+func (r *simRepl) Stop(context.Context, string) (map[int32]int64, []replicator.SourceBatch, error) {
 	if simTrace {
 		r.w.trace("replication stopped")
 	}
 	r.w.mu.Lock()
 	defer r.w.mu.Unlock()
 	r.w.running = false
-	return map[int32]int64{0: int64(r.w.copied)}, nil
+	return map[int32]int64{0: int64(r.w.copied)}, nil, nil
 }
 
 func (r *simRepl) SetMigrating(string, bool) error { return nil }

@@ -5,12 +5,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/internal/recordbatch"
 )
 
@@ -28,6 +30,13 @@ import (
 // there (offset parity makes it the same on the destination), as a broker
 // answers a duplicate of one of its last five batches, and the destination
 // stream starts with the next batch; not found, it goes to the destination.
+//
+// An agent killed with batches outstanding never knew they were uncertain,
+// and its successor knows nothing of them. For those the COMPLETE route
+// carries the replicator's record of the last batches of each idempotent
+// source producer it copied (Route.copied): a first batch toward the
+// destination found there is answered with the copy's offset, without
+// searching the source.
 
 // uncertainMax bounds the batches remembered: a client keeps at most five
 // in flight per partition, so this covers thousands of producers.
@@ -85,6 +94,38 @@ func batchKey(records []byte, part tp) (uncertainKey, bool) {
 	}
 	count := int32(binary.BigEndian.Uint32(records[recordbatch.OffNumRecords:]))
 	return uncertainKey{pid: pidKey{p.ID, p.Epoch}, part: part, seq: p.BaseSeq, count: count}, true
+}
+
+// copiedBatches are a route's source batches, by their uncertain-batch
+// key (a pointer keeps Route comparable).
+type copiedBatches struct{ offsets map[uncertainKey]int64 }
+
+// offset returns where the copy of batch k is; c may be nil.
+func (c *copiedBatches) offset(k uncertainKey) (int64, bool) {
+	if c == nil {
+		return 0, false
+	}
+	off, ok := c.offsets[k]
+	return off, ok
+}
+
+// indexCopied indexes a route's source batches.
+func indexCopied(topic string, bs []*batonv1.SourceBatch) (*copiedBatches, error) {
+	if len(bs) == 0 {
+		return nil, nil
+	}
+	m := make(map[uncertainKey]int64, len(bs))
+	for i, b := range bs {
+		switch {
+		case b.GetPartition() < 0, b.GetProducerId() < 0, b.GetRecords() < 1, b.GetOffset() < 0,
+			b.GetProducerEpoch() < 0 || b.GetProducerEpoch() > math.MaxInt16, b.GetBaseSequence() < 0:
+			return nil, fmt.Errorf("source_batches[%d]: partition %d, producer %d epoch %d, sequence %d, %d records at %d: out of range",
+				i, b.GetPartition(), b.GetProducerId(), b.GetProducerEpoch(), b.GetBaseSequence(), b.GetRecords(), b.GetOffset())
+		}
+		m[uncertainKey{pid: pidKey{b.GetProducerId(), int16(b.GetProducerEpoch())}, part: tp{topic, b.GetPartition()},
+			seq: b.GetBaseSequence(), count: b.GetRecords()}] = b.GetOffset()
+	}
+	return &copiedBatches{m}, nil
 }
 
 // noteUncertain remembers the idempotent batches of the partitions idx of

@@ -299,6 +299,10 @@ func (cp *ControlPlane) route(t *Topic) *batonv1.TopicRoute {
 	if mode, err := migration.ParseHoldMode(t.Mode); err == nil {
 		r.Mode = mode.Proto() // validated when the topic was added
 	}
+	for _, b := range t.SourceBatches {
+		r.SourceBatches = append(r.SourceBatches, &batonv1.SourceBatch{Partition: b.Partition, ProducerId: b.ProducerID,
+			ProducerEpoch: int32(b.Epoch), BaseSequence: b.BaseSeq, Records: b.Records, Offset: b.Offset})
+	}
 	if s := t.Shadow; s != (Shadow{}) {
 		r.Shadow = &batonv1.ShadowFeatures{LatencyEmulation: s.LatencyEmulation, AuthCheck: s.AuthCheck,
 			AuthEnforce: s.AuthEnforce, Tagging: s.Tagging, Headroom: s.Headroom}

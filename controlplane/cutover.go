@@ -272,7 +272,7 @@ func (cp *ControlPlane) cutoverSteps(ctx context.Context, name string, co Cutove
 	if err := cp.setStep(dctx, name, "stop-replication"); err != nil {
 		return step("storing the step", err)
 	}
-	final, err := cp.cfg.repl.Stop(dctx, name)
+	final, recent, err := cp.cfg.repl.Stop(dctx, name)
 	if err != nil {
 		return step("stopping replication", err)
 	}
@@ -305,6 +305,8 @@ func (cp *ControlPlane) cutoverSteps(ctx context.Context, name string, co Cutove
 	}
 	t := *cp.topics[name]
 	t.State, t.Cutover = migration.Complete, nil
+	// Agents answer a client's retry of one of these from its copy (§9).
+	t.SourceBatches = recent
 	// Bounded by the deadline too. A write etcd applies after the client
 	// gave up is never published, and the rollback's PROXY overwrites it.
 	if err := cp.commitLocked(dctx, t, false); err != nil {

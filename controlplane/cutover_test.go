@@ -355,6 +355,26 @@ func TestCutover(t *testing.T) {
 		if top.Attempts != 1 {
 			t.Errorf("attempts %d", top.Attempts)
 		}
+		// The producer is idempotent: its last batches per partition come
+		// with the COMPLETE route, for agents to answer retries (§9).
+		a.mu.Lock()
+		copied := a.routes["drain"].GetSourceBatches()
+		a.mu.Unlock()
+		if len(copied) == 0 || len(copied) != len(top.SourceBatches) {
+			t.Errorf("COMPLETE route carries %d source batches, the stored topic %d; want the producer's last ones", len(copied), len(top.SourceBatches))
+		}
+		perPart := map[int32]int{}
+		for _, b := range copied {
+			perPart[b.GetPartition()]++
+			if b.GetOffset() >= 50 || b.GetRecords() != 1 {
+				t.Errorf("source batch %v: the producer wrote 50 single-record batches", b)
+			}
+		}
+		for p, n := range perPart {
+			if n > 5 {
+				t.Errorf("partition %d: %d source batches of one producer, want at most its last 5", p, n)
+			}
+		}
 		wantEvents(t, ctx, p, "drain", EventAdded, EventInitiated, EventWaitingOnAgent, EventAgentDrained,
 			EventDrained, EventEndOffsets, EventLagZero, EventReplStopped, EventGuardLifted, EventCompleted)
 		// COMPLETE is one-way; a second migrate or an abort is refused.

@@ -9,14 +9,15 @@ import (
 	"time"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/replicator"
 )
 
 // idleReplication copies nothing: the heartbeat path never calls it.
 type idleReplication struct{}
 
 func (idleReplication) Start(string) error { return nil }
-func (idleReplication) Stop(context.Context, string) (map[int32]int64, error) {
-	return map[int32]int64{}, nil
+func (idleReplication) Stop(context.Context, string) (map[int32]int64, []replicator.SourceBatch, error) {
+	return map[int32]int64{}, nil, nil
 }
 func (idleReplication) SetMigrating(string, bool) error          { return nil }
 func (idleReplication) Lag(string) (time.Duration, error)        { return 0, ErrNotReady }

@@ -18,8 +18,9 @@ type Replication interface {
 	Start(topic string) error
 	// Stop stops copying topic and returns, once the last produce to the
 	// destination was answered, the first source offset not copied per
-	// partition.
-	Stop(ctx context.Context, topic string) (map[int32]int64, error)
+	// partition, and the last batches of each idempotent source producer
+	// copied (replicator.Stopped), which agents need at COMPLETE.
+	Stop(ctx context.Context, topic string) (map[int32]int64, []replicator.SourceBatch, error)
 	// SetMigrating puts topic first in the copy order, or back.
 	SetMigrating(topic string, migrating bool) error
 	// Lag is topic's time lag; an error while it is not measurable yet.
@@ -47,16 +48,16 @@ var _ Replication = (*ReplicatorAdapter)(nil)
 func (a *ReplicatorAdapter) Start(topic string) error { a.R.Start(topic); return nil }
 
 // Stop implements Replication.
-func (a *ReplicatorAdapter) Stop(ctx context.Context, topic string) (map[int32]int64, error) {
-	ps, err := a.R.Stop(ctx, topic)
+func (a *ReplicatorAdapter) Stop(ctx context.Context, topic string) (map[int32]int64, []replicator.SourceBatch, error) {
+	st, err := a.R.Stop(ctx, topic)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	out := make(map[int32]int64, len(ps))
-	for _, p := range ps {
+	out := make(map[int32]int64, len(st.Partitions))
+	for _, p := range st.Partitions {
 		out[p.Partition] = p.Next
 	}
-	return out, nil
+	return out, st.Recent, nil
 }
 
 // SetMigrating implements Replication.

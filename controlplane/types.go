@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/baton-kafka/baton/migration"
+	"github.com/baton-kafka/baton/replicator"
 	"github.com/baton-kafka/baton/xds"
 )
 
@@ -50,6 +51,9 @@ type Topic struct {
 	Attempts  int       `json:"attempts"`
 	Cutover   *Cutover  `json:"cutover,omitempty"`
 	UpdatedAt time.Time `json:"updatedAt"`
+	// SourceBatches are, once COMPLETE, the last batches of each
+	// idempotent source producer the replicator copied before the cutover.
+	SourceBatches []replicator.SourceBatch `json:"sourceBatches,omitempty"`
 }
 
 // TopicDrain is one topic's forwarding state on an agent, as last reported.

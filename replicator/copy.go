@@ -254,6 +254,7 @@ func (r *Replicator) initPartition(ctx context.Context, p *partState) error {
 	if err != nil {
 		return err
 	}
+	r.seedRecent(ctx, p, next)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p.next, p.dstEnd, p.delta, p.prod, p.seq, p.inited = next, end.Offset, delta, prod, 0, true
@@ -387,47 +388,11 @@ func (r *Replicator) step(ctx context.Context, p *partState) (err error) {
 	}()
 	fctx, cancel := context.WithTimeout(ctx, r.cfg.requestTimeout)
 	defer cancel()
-	if p.srcLeader < 0 {
-		if p.srcLeader, err = leader(fctx, r.src, p.topic, p.p); err != nil {
-			return fmt.Errorf("source leader: %w", err)
-		}
-	}
-	req := kmsg.NewPtrFetchRequest()
-	req.ReplicaID = -1
-	req.MaxWaitMillis = 100
-	req.MinBytes = 1
-	req.MaxBytes = r.cfg.fetchMaxBytes
-	req.IsolationLevel = 1 // read_committed: see the text in doc.go
-	req.SessionEpoch = -1
-	rt := kmsg.NewFetchRequestTopic()
-	rt.Topic = p.topic
-	rp := kmsg.NewFetchRequestTopicPartition()
-	rp.Partition = p.p
-	rp.FetchOffset = p.next
-	rp.PartitionMaxBytes = r.cfg.fetchMaxBytes
-	rp.CurrentLeaderEpoch = -1
-	rp.LogStartOffset = -1
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	kresp, err := r.src.Broker(int(p.srcLeader)).Request(fctx, req)
-	if err != nil {
-		p.srcLeader = -1
-		return fmt.Errorf("fetch: %w", err)
-	}
-	resp := kresp.(*kmsg.FetchResponse)
-	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
-		return fmt.Errorf("fetch: %w", err)
-	}
-	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
-		return fmt.Errorf("fetch: response without the partition")
-	}
-	fp := resp.Topics[0].Partitions[0]
-	if err := kerr.ErrorForCode(fp.ErrorCode); err != nil {
-		if errors.Is(err, kerr.OffsetOutOfRange) {
-			return r.outOfRange(fctx, p, fp)
-		}
-		p.srcLeader = -1
-		return fmt.Errorf("fetch: %w", err)
+	fp, err := r.fetch(fctx, p, p.next)
+	if errors.Is(err, kerr.OffsetOutOfRange) {
+		return r.outOfRange(fctx, p, fp)
+	} else if err != nil {
+		return err
 	}
 	r.mu.Lock()
 	p.lag.observe(r.now(), fp.LastStableOffset)
@@ -477,6 +442,53 @@ func (r *Replicator) step(ctx context.Context, p *partState) (err error) {
 		}
 	}
 	return splitErr
+}
+
+// fetch reads p from offset on S's leader (read_committed: see doc.go).
+// The partition's error comes back as a Kafka error, with fp.
+func (r *Replicator) fetch(ctx context.Context, p *partState, offset int64) (fp kmsg.FetchResponseTopicPartition, err error) {
+	if p.srcLeader < 0 {
+		if p.srcLeader, err = leader(ctx, r.src, p.topic, p.p); err != nil {
+			return fp, fmt.Errorf("source leader: %w", err)
+		}
+	}
+	req := kmsg.NewPtrFetchRequest()
+	req.ReplicaID = -1
+	req.MaxWaitMillis = 100
+	req.MinBytes = 1
+	req.MaxBytes = r.cfg.fetchMaxBytes
+	req.IsolationLevel = 1
+	req.SessionEpoch = -1
+	rt := kmsg.NewFetchRequestTopic()
+	rt.Topic = p.topic
+	rp := kmsg.NewFetchRequestTopicPartition()
+	rp.Partition = p.p
+	rp.FetchOffset = offset
+	rp.PartitionMaxBytes = r.cfg.fetchMaxBytes
+	rp.CurrentLeaderEpoch = -1
+	rp.LogStartOffset = -1
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	kresp, err := r.src.Broker(int(p.srcLeader)).Request(ctx, req)
+	if err != nil {
+		p.srcLeader = -1
+		return fp, fmt.Errorf("fetch: %w", err)
+	}
+	resp := kresp.(*kmsg.FetchResponse)
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return fp, fmt.Errorf("fetch: %w", err)
+	}
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		return fp, fmt.Errorf("fetch: response without the partition")
+	}
+	fp = resp.Topics[0].Partitions[0]
+	if err := kerr.ErrorForCode(fp.ErrorCode); err != nil {
+		if !errors.Is(err, kerr.OffsetOutOfRange) {
+			p.srcLeader = -1
+		}
+		return fp, fmt.Errorf("fetch: %w", err)
+	}
+	return fp, nil
 }
 
 // outOfRange handles OFFSET_OUT_OF_RANGE from S: records deleted before
@@ -554,6 +566,10 @@ func (r *Replicator) copyBatch(ctx context.Context, p *partState, b batch, raw [
 		return fmt.Errorf("%w: %s/%d: batch landed at %d, expected the destination end %d (another writer?)", ErrDestinationDiverged, p.topic, p.p, base, p.dstEnd)
 	}
 	r.mu.Lock()
+	if p.recent == nil {
+		p.recent = recentBatches{}
+	}
+	p.recent.note(p.p, b, base, r.now(), r.cfg.recentWindow)
 	p.dstEnd += n
 	p.next = b.lastOffset() + 1
 	p.seq = recordbatch.NextSeq(p.seq, int32(n))

@@ -32,7 +32,7 @@ func TestGroupSyncAfterStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopped := map[int32]int64{}
-	for _, p := range final {
+	for _, p := range final.Partitions {
 		stopped[p.Partition] = p.Next
 	}
 

@@ -83,6 +83,8 @@ type config struct {
 	mapTopic            string
 	groupSyncInterval   time.Duration
 	configSyncInterval  time.Duration
+	recentWindow        time.Duration
+	recentBatches       int
 	now                 func() time.Time
 	log                 *slog.Logger
 	registry            prometheus.Registerer
@@ -211,6 +213,8 @@ type partState struct {
 	failures int
 	retryAt  time.Time
 	lost     int64 // source records deleted before they were copied
+	recent   recentBatches
+	seeded   bool // recent was read back from the source (seedRecent)
 
 	srcLeader, dstLeader int32
 }
@@ -226,6 +230,8 @@ func New(opts ...Opt) (*Replicator, error) {
 		mapTopic:           DefaultOffsetMapTopic,
 		groupSyncInterval:  DefaultGroupSyncInterval,
 		configSyncInterval: DefaultConfigSyncInterval,
+		recentWindow:       DefaultRecentWindow,
+		recentBatches:      DefaultRecentBatches,
 		now:                time.Now,
 	}
 	for _, o := range opts {
@@ -252,6 +258,10 @@ func New(opts ...Opt) (*Replicator, error) {
 		return nil, fmt.Errorf("%w: group sync interval must not be negative, got %v", ErrBadConfig, cfg.groupSyncInterval)
 	case cfg.configSyncInterval < 0:
 		return nil, fmt.Errorf("%w: config sync interval must not be negative, got %v", ErrBadConfig, cfg.configSyncInterval)
+	case cfg.recentWindow <= 0:
+		return nil, fmt.Errorf("%w: recent window must be positive, got %v", ErrBadConfig, cfg.recentWindow)
+	case cfg.recentBatches < 1:
+		return nil, fmt.Errorf("%w: recent batches must be at least 1, got %d", ErrBadConfig, cfg.recentBatches)
 	}
 	if cfg.log == nil {
 		cfg.log = slog.Default()
@@ -460,16 +470,26 @@ func (r *Replicator) setPaused(topic string, paused bool) error {
 	return nil
 }
 
+// Stopped is where a topic's copy stopped.
+type Stopped struct {
+	// Partitions are each partition's final state: Next is the first
+	// source offset not copied, DestinationEnd D's end offset.
+	Partitions []PartitionStatus
+	// Recent are the last batches of each idempotent source producer
+	// session and partition copied within RecentWindow, at most
+	// RecentBatches of them (the newest), by partition and offset.
+	Recent []SourceBatch
+}
+
 // Stop removes topic from the replicated set. It returns once no copy step
 // of the topic is in flight, that is after the last produce to D was
-// acknowledged (or failed), with each partition's final state: Next is the
-// first source offset not copied, DestinationEnd D's end offset.
-func (r *Replicator) Stop(ctx context.Context, topic string) ([]PartitionStatus, error) {
+// acknowledged (or failed), with where the copy stopped.
+func (r *Replicator) Stop(ctx context.Context, topic string) (Stopped, error) {
 	r.mu.Lock()
 	t, ok := r.topics[topic]
 	if !ok {
 		r.mu.Unlock()
-		return nil, fmt.Errorf("%w: %s", ErrUnknownTopic, topic)
+		return Stopped{}, fmt.Errorf("%w: %s", ErrUnknownTopic, topic)
 	}
 	t.stopping = true
 	r.notifyLocked()
@@ -489,12 +509,19 @@ func (r *Replicator) Stop(ctx context.Context, topic string) ([]PartitionStatus,
 			t.stopping = false
 			r.notifyLocked()
 			r.mu.Unlock()
-			return nil, ctx.Err()
+			return Stopped{}, ctx.Err()
 		case <-ch:
 		}
 		r.mu.Lock()
 	}
 	st := r.topicStatusLocked(t)
+	recent := make([]recentBatches, 0, len(t.parts))
+	for _, p := range t.parts {
+		recent = append(recent, p.recent)
+	}
+	out := Stopped{Partitions: st.Partitions}
+	var dropped int
+	out.Recent, dropped = newest(recent, r.now().Add(-r.cfg.recentWindow), r.cfg.recentBatches)
 	delete(r.topics, topic)
 	h := Handoff{Topic: topic}
 	for _, p := range st.Partitions {
@@ -519,7 +546,11 @@ func (r *Replicator) Stop(ctx context.Context, topic string) ([]PartitionStatus,
 		r.log.Error("recording where the copy stopped; a restarted replicator will not sync this topic's groups",
 			"topic", topic, "err", err)
 	}
-	return st.Partitions, nil
+	if dropped > 0 {
+		r.log.Warn("more recent idempotent batches than the bound; a client's retry of one left out after the cutover is written to the destination again (a duplicate): raise the replicator's recent batches bound",
+			"topic", topic, "kept", len(out.Recent), "left_out", dropped)
+	}
+	return out, nil
 }
 
 // worker copies one partition step at a time, in Schedule's order.

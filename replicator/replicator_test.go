@@ -312,10 +312,11 @@ func TestStopReportsFinalOffsets(t *testing.T) {
 	rn := run(t, src, dst, replicator.Topics("stop"))
 	defer rn.stop(t)
 	waitCaughtUp(t, rn, src, "stop")
-	parts, err := rn.r.Stop(context.Background(), "stop")
+	stopped, err := rn.r.Stop(context.Background(), "stop")
 	if err != nil {
 		t.Fatal(err)
 	}
+	parts := stopped.Partitions
 	cl, err := kgo.NewClient(kgo.SeedBrokers(dst...))
 	if err != nil {
 		t.Fatal(err)

@@ -53,10 +53,11 @@ func TestChaos(t *testing.T) {
 		t.Skip("chaos: -short: the suite starts four Kafka JVMs and runs for minutes")
 	}
 	if os.Getenv(envRuns) == "" {
-		// Not part of `make test` while finding 10 is open (see
-		// docs/reliability.md); `make chaos` runs it through run.sh,
-		// which sets the runs.
-		t.Skip("chaos: run with `make chaos RUNS=N` (sets " + envRuns + ")")
+		// `go test ./...` runs the other packages' tests side by side on
+		// the machine's cores; the suite runs on its own after them
+		// (`make test` runs two runs, `make chaos` any number), both
+		// through run.sh, which sets the runs.
+		t.Skip("chaos: run by `make test` after the other tests, or `make chaos RUNS=N` (sets " + envRuns + ")")
 	}
 	seed, dur := uint64(time.Now().UnixNano()%1_000_000), defaultDuration
 	runs, err := strconv.Atoi(os.Getenv(envRuns))

@@ -371,8 +371,13 @@ type TopicRoute struct {
 	ForwardDeadline    *durationpb.Duration `protobuf:"bytes,8,opt,name=forward_deadline,json=forwardDeadline,proto3" json:"forward_deadline,omitempty"`
 	DestinationLatency *LatencyProfile      `protobuf:"bytes,9,opt,name=destination_latency,json=destinationLatency,proto3" json:"destination_latency,omitempty"`
 	Shadow             *ShadowFeatures      `protobuf:"bytes,10,opt,name=shadow,proto3" json:"shadow,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// source_batches, set once the topic is COMPLETE, are the last batches
+	// of each idempotent source producer session the replicator copied
+	// before the cutover (docs/design.md §9): a client's retry of one of them
+	// is answered with its offset instead of being written again.
+	SourceBatches []*SourceBatch `protobuf:"bytes,11,rep,name=source_batches,json=sourceBatches,proto3" json:"source_batches,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TopicRoute) Reset() {
@@ -475,6 +480,101 @@ func (x *TopicRoute) GetShadow() *ShadowFeatures {
 	return nil
 }
 
+func (x *TopicRoute) GetSourceBatches() []*SourceBatch {
+	if x != nil {
+		return x.SourceBatches
+	}
+	return nil
+}
+
+// SourceBatch is one idempotent batch written to the source and copied to
+// the destination: the client's producer fields and where the copy is.
+type SourceBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Partition     int32                  `protobuf:"varint,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	ProducerId    int64                  `protobuf:"varint,2,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
+	ProducerEpoch int32                  `protobuf:"varint,3,opt,name=producer_epoch,json=producerEpoch,proto3" json:"producer_epoch,omitempty"`
+	BaseSequence  int32                  `protobuf:"varint,4,opt,name=base_sequence,json=baseSequence,proto3" json:"base_sequence,omitempty"`
+	Records       int32                  `protobuf:"varint,5,opt,name=records,proto3" json:"records,omitempty"`
+	// offset is the batch's base offset on the destination (the source's
+	// too, where offsets have parity).
+	Offset        int64 `protobuf:"varint,6,opt,name=offset,proto3" json:"offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SourceBatch) Reset() {
+	*x = SourceBatch{}
+	mi := &file_baton_v1_resources_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SourceBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SourceBatch) ProtoMessage() {}
+
+func (x *SourceBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_baton_v1_resources_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SourceBatch.ProtoReflect.Descriptor instead.
+func (*SourceBatch) Descriptor() ([]byte, []int) {
+	return file_baton_v1_resources_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *SourceBatch) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *SourceBatch) GetProducerId() int64 {
+	if x != nil {
+		return x.ProducerId
+	}
+	return 0
+}
+
+func (x *SourceBatch) GetProducerEpoch() int32 {
+	if x != nil {
+		return x.ProducerEpoch
+	}
+	return 0
+}
+
+func (x *SourceBatch) GetBaseSequence() int32 {
+	if x != nil {
+		return x.BaseSequence
+	}
+	return 0
+}
+
+func (x *SourceBatch) GetRecords() int32 {
+	if x != nil {
+		return x.Records
+	}
+	return 0
+}
+
+func (x *SourceBatch) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
 var File_baton_v1_resources_proto protoreflect.FileDescriptor
 
 const file_baton_v1_resources_proto_rawDesc = "" +
@@ -496,7 +596,7 @@ const file_baton_v1_resources_proto_rawDesc = "" +
 	"auth_check\x18\x02 \x01(\bR\tauthCheck\x12!\n" +
 	"\fauth_enforce\x18\x03 \x01(\bR\vauthEnforce\x12\x18\n" +
 	"\atagging\x18\x04 \x01(\bR\atagging\x12\x1a\n" +
-	"\bheadroom\x18\x05 \x01(\bR\bheadroom\"\xdc\x03\n" +
+	"\bheadroom\x18\x05 \x01(\bR\bheadroom\"\x9a\x04\n" +
 	"\n" +
 	"TopicRoute\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12%\n" +
@@ -509,7 +609,16 @@ const file_baton_v1_resources_proto_rawDesc = "" +
 	"\x10forward_deadline\x18\b \x01(\v2\x19.google.protobuf.DurationR\x0fforwardDeadline\x12I\n" +
 	"\x13destination_latency\x18\t \x01(\v2\x18.baton.v1.LatencyProfileR\x12destinationLatency\x120\n" +
 	"\x06shadow\x18\n" +
-	" \x01(\v2\x18.baton.v1.ShadowFeaturesR\x06shadow*j\n" +
+	" \x01(\v2\x18.baton.v1.ShadowFeaturesR\x06shadow\x12<\n" +
+	"\x0esource_batches\x18\v \x03(\v2\x15.baton.v1.SourceBatchR\rsourceBatches\"\xca\x01\n" +
+	"\vSourceBatch\x12\x1c\n" +
+	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12\x1f\n" +
+	"\vproducer_id\x18\x02 \x01(\x03R\n" +
+	"producerId\x12%\n" +
+	"\x0eproducer_epoch\x18\x03 \x01(\x05R\rproducerEpoch\x12#\n" +
+	"\rbase_sequence\x18\x04 \x01(\x05R\fbaseSequence\x12\x18\n" +
+	"\arecords\x18\x05 \x01(\x05R\arecords\x12\x16\n" +
+	"\x06offset\x18\x06 \x01(\x03R\x06offset*j\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fSTATE_REJECT\x10\x01\x12\x0f\n" +
@@ -533,7 +642,7 @@ func file_baton_v1_resources_proto_rawDescGZIP() []byte {
 }
 
 var file_baton_v1_resources_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_baton_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_baton_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_baton_v1_resources_proto_goTypes = []any{
 	(State)(0),                    // 0: baton.v1.State
 	(HoldMode)(0),                 // 1: baton.v1.HoldMode
@@ -541,24 +650,26 @@ var file_baton_v1_resources_proto_goTypes = []any{
 	(*LatencyProfile)(nil),        // 3: baton.v1.LatencyProfile
 	(*ShadowFeatures)(nil),        // 4: baton.v1.ShadowFeatures
 	(*TopicRoute)(nil),            // 5: baton.v1.TopicRoute
-	(*durationpb.Duration)(nil),   // 6: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(*SourceBatch)(nil),           // 6: baton.v1.SourceBatch
+	(*durationpb.Duration)(nil),   // 7: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
 }
 var file_baton_v1_resources_proto_depIdxs = []int32{
-	6, // 0: baton.v1.LatencyProfile.p50:type_name -> google.protobuf.Duration
-	6, // 1: baton.v1.LatencyProfile.p99:type_name -> google.protobuf.Duration
-	7, // 2: baton.v1.LatencyProfile.measured_at:type_name -> google.protobuf.Timestamp
-	0, // 3: baton.v1.TopicRoute.state:type_name -> baton.v1.State
-	1, // 4: baton.v1.TopicRoute.mode:type_name -> baton.v1.HoldMode
-	6, // 5: baton.v1.TopicRoute.hold_max:type_name -> google.protobuf.Duration
-	6, // 6: baton.v1.TopicRoute.forward_deadline:type_name -> google.protobuf.Duration
-	3, // 7: baton.v1.TopicRoute.destination_latency:type_name -> baton.v1.LatencyProfile
-	4, // 8: baton.v1.TopicRoute.shadow:type_name -> baton.v1.ShadowFeatures
-	9, // [9:9] is the sub-list for method output_type
-	9, // [9:9] is the sub-list for method input_type
-	9, // [9:9] is the sub-list for extension type_name
-	9, // [9:9] is the sub-list for extension extendee
-	0, // [0:9] is the sub-list for field type_name
+	7,  // 0: baton.v1.LatencyProfile.p50:type_name -> google.protobuf.Duration
+	7,  // 1: baton.v1.LatencyProfile.p99:type_name -> google.protobuf.Duration
+	8,  // 2: baton.v1.LatencyProfile.measured_at:type_name -> google.protobuf.Timestamp
+	0,  // 3: baton.v1.TopicRoute.state:type_name -> baton.v1.State
+	1,  // 4: baton.v1.TopicRoute.mode:type_name -> baton.v1.HoldMode
+	7,  // 5: baton.v1.TopicRoute.hold_max:type_name -> google.protobuf.Duration
+	7,  // 6: baton.v1.TopicRoute.forward_deadline:type_name -> google.protobuf.Duration
+	3,  // 7: baton.v1.TopicRoute.destination_latency:type_name -> baton.v1.LatencyProfile
+	4,  // 8: baton.v1.TopicRoute.shadow:type_name -> baton.v1.ShadowFeatures
+	6,  // 9: baton.v1.TopicRoute.source_batches:type_name -> baton.v1.SourceBatch
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_baton_v1_resources_proto_init() }
@@ -572,7 +683,7 @@ func file_baton_v1_resources_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_baton_v1_resources_proto_rawDesc), len(file_baton_v1_resources_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
