@@ -48,6 +48,7 @@ type config struct {
 	source, dest *batonv1.Cluster
 	log          *slog.Logger
 	now          func() time.Time
+	apiTokens    []APIToken
 }
 
 // WithStore sets the state store (required).

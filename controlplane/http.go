@@ -29,7 +29,10 @@ import (
 //	GET    /v1/events?topic=&after=&follow=1   the audit log (NDJSON when following)
 //
 // Errors are {"error": "..."} with 404 (unknown topic), 409 (illegal
-// transition, cutover running, gate refused, topic exists) or 400.
+// transition, cutover running, gate refused, topic exists) or 400; with
+// APITokens, 401 (no known bearer token) and 403 (a read-only token's
+// write). The actor of a write is the token's name when tokens are
+// required, else the one the request declares.
 func (cp *ControlPlane) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/topics", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, cp.Topics()) })
@@ -41,7 +44,7 @@ func (cp *ControlPlane) Handler() http.Handler {
 		if !readJSON(w, r, &req) {
 			return
 		}
-		t, err := cp.AddTopic(r.Context(), req.TopicSpec, actorOr(req.Actor))
+		t, err := cp.AddTopic(r.Context(), req.TopicSpec, actorOf(r, req.Actor))
 		reply(w, t, err)
 	})
 	mux.HandleFunc("GET /v1/topics/{name}", func(w http.ResponseWriter, r *http.Request) {
@@ -49,7 +52,7 @@ func (cp *ControlPlane) Handler() http.Handler {
 		reply(w, st, err)
 	})
 	mux.HandleFunc("DELETE /v1/topics/{name}", func(w http.ResponseWriter, r *http.Request) {
-		t, err := cp.SetState(r.Context(), r.PathValue("name"), migration.Unmanaged, actorOr(r.URL.Query().Get("actor")))
+		t, err := cp.SetState(r.Context(), r.PathValue("name"), migration.Unmanaged, actorOf(r, r.URL.Query().Get("actor")))
 		reply(w, t, err)
 	})
 	mux.HandleFunc("POST /v1/topics/{name}/{op}", func(w http.ResponseWriter, r *http.Request) {
@@ -61,7 +64,7 @@ func (cp *ControlPlane) Handler() http.Handler {
 		if !readJSON(w, r, &req) {
 			return
 		}
-		name, actor := r.PathValue("name"), actorOr(req.Actor)
+		name, actor := r.PathValue("name"), actorOf(r, req.Actor)
 		var t Topic
 		var err error
 		switch r.PathValue("op") {
@@ -114,14 +117,10 @@ func (cp *ControlPlane) Handler() http.Handler {
 			}
 		}
 	})
-	return mux
-}
-
-func actorOr(a string) string {
-	if a == "" {
-		return "api"
+	if len(cp.cfg.apiTokens) > 0 {
+		return requireToken(cp.cfg.apiTokens, mux)
 	}
-	return a
+	return mux
 }
 
 func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
@@ -148,9 +147,14 @@ func reply(w http.ResponseWriter, v any, err error) {
 	default:
 		code = http.StatusInternalServerError
 	}
+	replyStatus(w, code, err.Error())
+}
+
+// replyStatus answers an error: {"error": msg} with code.
+func replyStatus(w http.ResponseWriter, code int, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
@@ -162,6 +166,8 @@ func writeJSON(w http.ResponseWriter, v any) {
 type APIClient struct {
 	Base string // http://host:port
 	HTTP *http.Client
+	// Token is sent as a bearer token when set (see APITokens).
+	Token string
 }
 
 // APIError is an error answered by the control plane.
@@ -171,6 +177,18 @@ type APIError struct {
 }
 
 func (e *APIError) Error() string { return e.Message }
+
+// send sends req with the token, if any.
+func (c *APIClient) send(req *http.Request) (*http.Response, error) {
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	return hc.Do(req)
+}
 
 func (c *APIClient) do(ctx context.Context, method, path string, body, out any) error {
 	var rd io.Reader
@@ -185,23 +203,26 @@ func (c *APIClient) do(ctx context.Context, method, path string, body, out any) 
 	if err != nil {
 		return err
 	}
-	hc := c.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
+	resp, err := c.send(req)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		var e struct {
-			Error string `json:"error"`
-		}
-		_ = json.NewDecoder(resp.Body).Decode(&e)
-		return &APIError{Status: resp.StatusCode, Message: e.Error}
+		return apiError(resp)
 	}
 	return json.NewDecoder(resp.Body).Decode(out)
+}
+
+// apiError reads a non-200 answer's {"error": ...}.
+func apiError(resp *http.Response) error {
+	var e struct {
+		Error string `json:"error"`
+	}
+	if json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&e) != nil || e.Error == "" {
+		e.Error = resp.Status
+	}
+	return &APIError{Status: resp.StatusCode, Message: e.Error}
 }
 
 // Topics lists topics.
@@ -262,17 +283,13 @@ func (c *APIClient) Events(ctx context.Context, topic string, follow bool, each 
 	if err != nil {
 		return err
 	}
-	hc := c.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
+	resp, err := c.send(req)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return &APIError{Status: resp.StatusCode, Message: resp.Status}
+		return apiError(resp)
 	}
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {

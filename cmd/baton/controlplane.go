@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -23,7 +24,8 @@ import (
 func newControlPlaneCmd() *cobra.Command {
 	var (
 		source, destination, grpcAddr, httpAddr, dataDir, endpoints, logLevel string
-		writeGuard, replPrincipal                                             string
+		writeGuard, replPrincipal, apiTokensFile                              string
+		apiInsecure                                                           bool
 		lease, forward, timeout                                               time.Duration
 		srcSASL, destSASL                                                     securityFlags
 	)
@@ -48,6 +50,14 @@ alter ACLs.`,
 			log, err := newLogger(logLevel)
 			if err != nil {
 				return err
+			}
+			var tokens []controlplane.APIToken
+			if apiTokensFile != "" {
+				if tokens, err = controlplane.LoadAPITokens(apiTokensFile); err != nil {
+					return fmt.Errorf("--api-tokens-file: %w", err)
+				}
+			} else if !loopback(httpAddr) && !apiInsecure {
+				return fmt.Errorf("--http %s is reachable from the network and the API has no tokens: anyone who reaches it could migrate or abort any topic; set --api-tokens-file (docs/controlplane.md, API tokens), or --api-insecure to accept that", httpAddr)
 			}
 			var store *controlplane.EtcdStore
 			if endpoints != "" {
@@ -103,6 +113,7 @@ alter ACLs.`,
 			cp, err := controlplane.New(ctx, controlplane.WithStore(store), controlplane.Logger(log),
 				controlplane.WithGuard(guard),
 				controlplane.WithReplication(&controlplane.ReplicatorAdapter{R: r, Source: kadm.NewClient(scl)}),
+				controlplane.APITokens(tokens),
 				controlplane.LeaseDuration(lease), controlplane.ForwardDeadline(forward), controlplane.CutoverTimeout(timeout),
 				controlplane.Clusters(&batonv1.Cluster{Name: "source", Bootstrap: splitList(source)},
 					&batonv1.Cluster{Name: "destination", Bootstrap: splitList(destination)}))
@@ -142,6 +153,8 @@ alter ACLs.`,
 	f.DurationVar(&lease, "lease", migration.DefaultLease, "agents' lease")
 	f.DurationVar(&forward, "forward-deadline", migration.DefaultForwardDeadline, "forward deadline F (below the lease)")
 	f.DurationVar(&timeout, "cutover-timeout", controlplane.DefaultCutoverTimeout, "bound of every cutover wait; gate: lag <= timeout/4")
+	f.StringVar(&apiTokensFile, "api-tokens-file", "", "YAML list of the HTTP API's callers (name, role read-only or operator, sha256 of the token); every request then needs a bearer token")
+	f.BoolVar(&apiInsecure, "api-insecure", false, "serve the HTTP API without tokens on an address other than loopback")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&writeGuard, "write-guard", "auto", "destination write guard: auto (ACLs if the destination has an authorizer), acl or none")
 	f.StringVar(&replPrincipal, "replicator-principal", "", `the replicator's principal on the destination, exempt from the guard (default: User:<--destination-sasl-user>, or User:ANONYMOUS without SASL)`)
@@ -181,11 +194,28 @@ func pickGuard(ctx context.Context, mode string, adm *kadm.Client, principal str
 	return nil, fmt.Errorf(`--write-guard: want "auto", "acl" or "none", got %q`, mode)
 }
 
-// apiFlags adds --server and -o to an operator command.
-func apiFlags(cmd *cobra.Command, server, output *string) {
-	cmd.PersistentFlags().StringVar(server, "server", "http://127.0.0.1:18080", "control plane HTTP API")
+// apiTokenEnv holds the HTTP API token when --token-file is not given.
+const apiTokenEnv = "BATON_API_TOKEN"
+
+// apiFlags adds --server, --token-file and -o to an operator command, and
+// returns the API client they describe.
+func apiFlags(cmd *cobra.Command, output *string) func() (*controlplane.APIClient, error) {
+	var server, tokenFile string
+	cmd.PersistentFlags().StringVar(&server, "server", "http://127.0.0.1:18080", "control plane HTTP API")
+	cmd.PersistentFlags().StringVar(&tokenFile, "token-file", "", "file holding the HTTP API bearer token (default: $"+apiTokenEnv+", if set)")
 	cmd.PersistentFlags().StringVarP(output, "output", "o", "text", "text or json")
 	markAddrs(cmd.PersistentFlags(), addrURL, "server")
+	return func() (*controlplane.APIClient, error) {
+		token := os.Getenv(apiTokenEnv)
+		if tokenFile != "" {
+			b, err := os.ReadFile(tokenFile)
+			if err != nil {
+				return nil, fmt.Errorf("--token-file: %w", err)
+			}
+			token = strings.TrimSpace(string(b))
+		}
+		return &controlplane.APIClient{Base: server, Token: token}, nil
+	}
 }
 
 func checkOutput(o string) error {
@@ -193,4 +223,18 @@ func checkOutput(o string) error {
 		return errors.New(`-o: want "text" or "json"`)
 	}
 	return nil
+}
+
+// loopback reports whether a listen address takes connections from this
+// machine only.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

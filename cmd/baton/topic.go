@@ -31,11 +31,10 @@ func fmtTime(t time.Time) string {
 }
 
 func newTopicCmd() *cobra.Command {
-	var server, output, actor string
+	var output, actor string
 	cmd := &cobra.Command{Use: "topic", Short: "Manage topics on a running control plane (add, list, status, migrate, abort)"}
-	apiFlags(cmd, &server, &output)
-	cmd.PersistentFlags().StringVar(&actor, "actor", "cli", "who is acting, for the event log")
-	api := func() *controlplane.APIClient { return &controlplane.APIClient{Base: server} }
+	api := apiFlags(cmd, &output)
+	cmd.PersistentFlags().StringVar(&actor, "actor", "cli", "who is acting, for the event log (ignored by a control plane that requires API tokens: it records the token's name)")
 
 	printTopics := func(cmd *cobra.Command, ts []controlplane.Topic) error {
 		if output == "json" {
@@ -61,7 +60,11 @@ func newTopicCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("--state: %w", err)
 			}
-			t, err := api().Add(cmd.Context(), controlplane.TopicSpec{Name: args[0], State: st, Mode: mode, HoldMax: holdMax,
+			cl, err := api()
+			if err != nil {
+				return err
+			}
+			t, err := cl.Add(cmd.Context(), controlplane.TopicSpec{Name: args[0], State: st, Mode: mode, HoldMax: holdMax,
 				Target: xds.Target{Namespaces: splitList(namespaces)}}, actor)
 			if err != nil {
 				return err
@@ -80,7 +83,11 @@ func newTopicCmd() *cobra.Command {
 			if err := checkOutput(output); err != nil {
 				return err
 			}
-			ts, err := api().Topics(cmd.Context())
+			cl, err := api()
+			if err != nil {
+				return err
+			}
+			ts, err := cl.Topics(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -93,7 +100,11 @@ func newTopicCmd() *cobra.Command {
 			if err := checkOutput(output); err != nil {
 				return err
 			}
-			st, err := api().Status(cmd.Context(), args[0])
+			cl, err := api()
+			if err != nil {
+				return err
+			}
+			st, err := cl.Status(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
@@ -129,7 +140,11 @@ func newTopicCmd() *cobra.Command {
 				if err := checkOutput(output); err != nil {
 					return err
 				}
-				t, err := api().Op(cmd.Context(), args[0], name, actor, reason, "")
+				cl, err := api()
+				if err != nil {
+					return err
+				}
+				t, err := cl.Op(cmd.Context(), args[0], name, actor, reason, "")
 				if err != nil {
 					return err
 				}
@@ -148,7 +163,8 @@ func newTopicCmd() *cobra.Command {
 }
 
 func newEventsCmd() *cobra.Command {
-	var server, output, topic string
+	var output, topic string
+	var api func() (*controlplane.APIClient, error)
 	var follow bool
 	cmd := &cobra.Command{
 		Use: "events", Short: "Print the audit event log of a running control plane", Args: cobra.NoArgs,
@@ -158,7 +174,11 @@ func newEventsCmd() *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			enc := json.NewEncoder(out)
-			return (&controlplane.APIClient{Base: server}).Events(cmd.Context(), topic, follow, func(e controlplane.Event) error {
+			cl, err := api()
+			if err != nil {
+				return err
+			}
+			return cl.Events(cmd.Context(), topic, follow, func(e controlplane.Event) error {
 				if output == "json" {
 					return enc.Encode(e)
 				}
@@ -182,21 +202,26 @@ func newEventsCmd() *cobra.Command {
 			})
 		},
 	}
-	apiFlags(cmd, &server, &output)
+	api = apiFlags(cmd, &output)
 	cmd.Flags().StringVar(&topic, "topic", "", "only this topic's events")
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new events")
 	return cmd
 }
 
 func newAgentsCmd() *cobra.Command {
-	var server, output string
+	var output string
+	var api func() (*controlplane.APIClient, error)
 	cmd := &cobra.Command{
 		Use: "agents", Short: "List agents: node, namespace, acked version, lease, last heartbeat, xDS", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output); err != nil {
 				return err
 			}
-			as, err := (&controlplane.APIClient{Base: server}).Agents(cmd.Context())
+			cl, err := api()
+			if err != nil {
+				return err
+			}
+			as, err := cl.Agents(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -227,6 +252,6 @@ func newAgentsCmd() *cobra.Command {
 			return w.Flush()
 		},
 	}
-	apiFlags(cmd, &server, &output)
+	api = apiFlags(cmd, &output)
 	return cmd
 }
