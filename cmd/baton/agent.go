@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/baton-kafka/baton/agent"
@@ -30,6 +31,7 @@ func newAgentCmd() *cobra.Command {
 		forwardDeadline, producerIDIdle, frameTimeout, idleTimeout          time.Duration
 		upstreamConns, producerIDs                                          int
 		srcSec, dstSec                                                      securityFlags
+		cpTLS                                                               tlsFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -60,7 +62,15 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 						return fmt.Errorf("--node-id: none given and no hostname: %w", err)
 					}
 				}
-				conn, err := grpc.NewClient(controlPlane, grpc.WithTransportCredentials(insecure.NewCredentials()))
+				creds := insecure.NewCredentials()
+				cfg, err := cpTLS.tlsConfig()
+				if err != nil {
+					return err
+				}
+				if cfg != nil {
+					creds = credentials.NewTLS(cfg)
+				}
+				conn, err := grpc.NewClient(controlPlane, grpc.WithTransportCredentials(creds))
 				if err != nil {
 					return fmt.Errorf("--control-plane %s: %w", controlPlane, err)
 				}
@@ -119,6 +129,7 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 	f.IntVar(&upstreamConns, "upstream-conns", agent.DefaultUpstreamConns, "connections per upstream broker")
 	f.IntVar(&producerIDs, "producer-ids", agent.DefaultProducerIDs, "idempotent producer sessions mapped to destination producer ids at once")
 	f.DurationVar(&producerIDIdle, "producer-id-idle", agent.DefaultProducerIDIdle, "how long a producer id mapping outlives its producer's last batch to the destination")
+	cpTLS.add(f, "control-plane", "the control plane")
 	f.StringVar(&controlPlane, "control-plane", "", "control plane gRPC address: routes over xDS and a lease (instead of --routes)")
 	f.StringVar(&nodeID, "node-id", "", "this agent's node id at the control plane (default: the hostname)")
 	f.StringVar(&namespace, "namespace", "", "node metadata: the workload's namespace, for staged rollout")

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -14,6 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/controlplane"
@@ -25,6 +29,7 @@ func newControlPlaneCmd() *cobra.Command {
 	var (
 		source, destination, grpcAddr, httpAddr, dataDir, endpoints, logLevel string
 		writeGuard, replPrincipal, apiTokensFile                              string
+		grpcCert, grpcKey, grpcClientCA, agentIdentities                      string
 		apiInsecure                                                           bool
 		lease, forward, timeout                                               time.Duration
 		srcSASL, destSASL                                                     securityFlags
@@ -58,6 +63,10 @@ alter ACLs.`,
 				}
 			} else if !loopback(httpAddr) && !apiInsecure {
 				return fmt.Errorf("--http %s is reachable from the network and the API has no tokens: anyone who reaches it could migrate or abort any topic; set --api-tokens-file (docs/controlplane.md, API tokens), or --api-insecure to accept that", httpAddr)
+			}
+			grpcCreds, nodeOpts, err := grpcSecurity(grpcCert, grpcKey, grpcClientCA, agentIdentities)
+			if err != nil {
+				return err
 			}
 			var store *controlplane.EtcdStore
 			if endpoints != "" {
@@ -110,13 +119,13 @@ alter ACLs.`,
 				return err
 			}
 			defer scl.Close()
-			cp, err := controlplane.New(ctx, controlplane.WithStore(store), controlplane.Logger(log),
+			cp, err := controlplane.New(ctx, append([]controlplane.Opt{controlplane.WithStore(store), controlplane.Logger(log),
 				controlplane.WithGuard(guard),
 				controlplane.WithReplication(&controlplane.ReplicatorAdapter{R: r, Source: kadm.NewClient(scl)}),
 				controlplane.APITokens(tokens),
 				controlplane.LeaseDuration(lease), controlplane.ForwardDeadline(forward), controlplane.CutoverTimeout(timeout),
 				controlplane.Clusters(&batonv1.Cluster{Name: "source", Bootstrap: splitList(source)},
-					&batonv1.Cluster{Name: "destination", Bootstrap: splitList(destination)}))
+					&batonv1.Cluster{Name: "destination", Bootstrap: splitList(destination)})}, nodeOpts...)...)
 			if err != nil {
 				return err
 			}
@@ -128,7 +137,7 @@ alter ACLs.`,
 			if err != nil {
 				return fmt.Errorf("--http: %w", err)
 			}
-			g := grpc.NewServer()
+			g := grpc.NewServer(append(cp.ServerOptions(), grpc.Creds(grpcCreds))...)
 			cp.Register(g)
 			hs := &http.Server{Handler: cp.Handler(), ReadHeaderTimeout: 5 * time.Second}
 			go func() { _ = g.Serve(gln) }()
@@ -154,6 +163,10 @@ alter ACLs.`,
 	f.DurationVar(&forward, "forward-deadline", migration.DefaultForwardDeadline, "forward deadline F (below the lease)")
 	f.DurationVar(&timeout, "cutover-timeout", controlplane.DefaultCutoverTimeout, "bound of every cutover wait; gate: lag <= timeout/4")
 	f.StringVar(&apiTokensFile, "api-tokens-file", "", "YAML list of the HTTP API's callers (name, role read-only or operator, sha256 of the token); every request then needs a bearer token")
+	f.StringVar(&grpcCert, "grpc-tls-cert", "", "PEM certificate the gRPC port (xDS, leases) serves TLS with (with --grpc-tls-key)")
+	f.StringVar(&grpcKey, "grpc-tls-key", "", "PEM key of --grpc-tls-cert")
+	f.StringVar(&grpcClientCA, "grpc-client-ca", "", "PEM CA bundle agents' client certificates must chain to (mTLS): an agent then may name only node ids its certificate vouches for")
+	f.StringVar(&agentIdentities, "agent-identities", "", "YAML list mapping certificate identities (URI SAN, DNS SAN or CN) to the node ids they may use (with --grpc-client-ca)")
 	f.BoolVar(&apiInsecure, "api-insecure", false, "serve the HTTP API without tokens on an address other than loopback")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&writeGuard, "write-guard", "auto", "destination write guard: auto (ACLs if the destination has an authorizer), acl or none")
@@ -237,4 +250,46 @@ func loopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// grpcSecurity returns the gRPC port's transport credentials (plaintext
+// without --grpc-tls-cert) and, with --grpc-client-ca, the node identity
+// check.
+func grpcSecurity(certFile, keyFile, clientCA, identities string) (credentials.TransportCredentials, []controlplane.Opt, error) {
+	if certFile == "" && keyFile == "" {
+		if clientCA != "" || identities != "" {
+			return nil, nil, errors.New("--grpc-client-ca and --agent-identities need --grpc-tls-cert and --grpc-tls-key")
+		}
+		return insecure.NewCredentials(), nil, nil
+	}
+	if certFile == "" || keyFile == "" {
+		return nil, nil, errors.New("--grpc-tls-cert and --grpc-tls-key go together")
+	}
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--grpc-tls-cert/--grpc-tls-key: %w", err)
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+	if clientCA == "" {
+		if identities != "" {
+			return nil, nil, errors.New("--agent-identities needs --grpc-client-ca: identities come from verified client certificates")
+		}
+		return credentials.NewTLS(cfg), nil, nil
+	}
+	pem, err := os.ReadFile(clientCA)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--grpc-client-ca: %w", err)
+	}
+	cfg.ClientCAs = x509.NewCertPool()
+	if !cfg.ClientCAs.AppendCertsFromPEM(pem) {
+		return nil, nil, fmt.Errorf("--grpc-client-ca: no PEM certificate in %s", clientCA)
+	}
+	cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	var rules []controlplane.NodeRule
+	if identities != "" {
+		if rules, err = controlplane.LoadNodeRules(identities); err != nil {
+			return nil, nil, fmt.Errorf("--agent-identities: %w", err)
+		}
+	}
+	return credentials.NewTLS(cfg), []controlplane.Opt{controlplane.NodeIdentity(rules)}, nil
 }

@@ -27,11 +27,29 @@ import (
 //     dropped) or else $BATON_<SIDE>_SASL_PASSWORD: never from a flag, which
 //     ps shows. No mechanism (the default) means no SASL.
 type securityFlags struct {
-	side                      string
+	tlsFlags
 	mechanism, user, passFile string
+}
+
+// tlsFlags are the TLS flags of one connection (a cluster, the control
+// plane): --<side>-tls, --<side>-tls-ca, --<side>-tls-cert,
+// --<side>-tls-key and --<side>-tls-server-name, as above.
+type tlsFlags struct {
+	side                      string
 	tls                       bool
 	caFile, certFile, keyFile string
 	serverName                string
+}
+
+// add registers the flags on f; what names the peer in their help ("the
+// source brokers").
+func (s *tlsFlags) add(f stringFlags, side, what string) {
+	s.side = side
+	f.BoolVar(&s.tls, side+"-tls", false, "connect to "+what+" with TLS")
+	f.StringVar(&s.caFile, side+"-tls-ca", "", "PEM CA bundle verifying "+what+" (default: the system's; implies TLS)")
+	f.StringVar(&s.certFile, side+"-tls-cert", "", "PEM client certificate for "+what+" (with --"+side+"-tls-key; implies TLS)")
+	f.StringVar(&s.serverName, side+"-tls-server-name", "", "name the certificates of "+what+" must carry (default: the host of each address dialed; implies TLS)")
+	f.StringVar(&s.keyFile, side+"-tls-key", "", "PEM client key for "+what+" (with --"+side+"-tls-cert)")
 }
 
 // stringFlags is the part of a pflag.FlagSet that add uses.
@@ -46,11 +64,7 @@ func (s *securityFlags) add(f stringFlags, side string) {
 	f.StringVar(&s.mechanism, side+"-sasl-mechanism", "", "SASL mechanism for the "+side+" cluster: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (empty: no SASL)")
 	f.StringVar(&s.user, side+"-sasl-user", "", "SASL user for the "+side+" cluster")
 	f.StringVar(&s.passFile, side+"-sasl-password-file", "", "file holding the SASL password for the "+side+" cluster (default: $"+s.envVar()+")")
-	f.BoolVar(&s.tls, side+"-tls", false, "connect to the "+side+" cluster with TLS")
-	f.StringVar(&s.caFile, side+"-tls-ca", "", "PEM CA bundle verifying the "+side+" brokers (default: the system's; implies TLS)")
-	f.StringVar(&s.certFile, side+"-tls-cert", "", "PEM client certificate for the "+side+" cluster (with --"+side+"-tls-key; implies TLS)")
-	f.StringVar(&s.serverName, side+"-tls-server-name", "", "name the "+side+" brokers' certificates must carry (default: the host of each address dialed; implies TLS)")
-	f.StringVar(&s.keyFile, side+"-tls-key", "", "PEM client key for the "+side+" cluster (with --"+side+"-tls-cert)")
+	s.tlsFlags.add(f, side, "the "+side+" brokers")
 }
 
 func (s *securityFlags) envVar() string { return "BATON_" + strings.ToUpper(s.side) + "_SASL_PASSWORD" }
@@ -95,7 +109,7 @@ func (s *securityFlags) agentSecurity() (agent.Security, error) {
 }
 
 // tlsConfig returns the TLS config, or nil if TLS is not asked for.
-func (s *securityFlags) tlsConfig() (*tls.Config, error) {
+func (s *tlsFlags) tlsConfig() (*tls.Config, error) {
 	if !s.tls && s.caFile == "" && s.certFile == "" && s.keyFile == "" && s.serverName == "" {
 		return nil, nil
 	}
