@@ -253,6 +253,31 @@ func (cp *ControlPlane) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 			cp.flush(ctx)
+			cp.dropSourceBatches(ctx)
+		}
+	}
+}
+
+// SourceBatchesKept is how long a COMPLETE route carries the source
+// batches copied before its cutover (docs/design.md §9): longer than any
+// client retries one batch (librdkafka's message timeout is 5 minutes).
+const SourceBatchesKept = 15 * time.Minute
+
+// dropSourceBatches takes the source batches out of the routes of topics
+// COMPLETE for longer than SourceBatchesKept, at a new version. A failed
+// write is tried again at the next tick.
+func (cp *ControlPlane) dropSourceBatches(ctx context.Context) {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	for _, t := range cp.topics {
+		if len(t.SourceBatches) == 0 || cp.now().Before(t.SourceBatchesUntil) {
+			continue
+		}
+		nt := *t
+		nt.SourceBatches, nt.SourceBatchesUntil = nil, time.Time{}
+		if err := cp.commitLocked(ctx, nt, false); err != nil {
+			cp.log.Debug("dropping a COMPLETE topic's source batches", "topic", t.Name, "err", err)
+			return
 		}
 	}
 }

@@ -306,7 +306,7 @@ func (cp *ControlPlane) cutoverSteps(ctx context.Context, name string, co Cutove
 	t := *cp.topics[name]
 	t.State, t.Cutover = migration.Complete, nil
 	// Agents answer a client's retry of one of these from its copy (§9).
-	t.SourceBatches = recent
+	t.SourceBatches, t.SourceBatchesUntil = recent, cp.now().Add(SourceBatchesKept)
 	// Bounded by the deadline too. A write etcd applies after the client
 	// gave up is never published, and the rollback's PROXY overwrites it.
 	if err := cp.commitLocked(dctx, t, false); err != nil {

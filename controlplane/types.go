@@ -52,8 +52,11 @@ type Topic struct {
 	Cutover   *Cutover  `json:"cutover,omitempty"`
 	UpdatedAt time.Time `json:"updatedAt"`
 	// SourceBatches are, once COMPLETE, the last batches of each
-	// idempotent source producer the replicator copied before the cutover.
-	SourceBatches []replicator.SourceBatch `json:"sourceBatches,omitempty"`
+	// idempotent source producer the replicator copied before the cutover,
+	// kept in the route until SourceBatchesUntil: no client retries a
+	// batch longer, and every agent's route would carry them for good.
+	SourceBatches      []replicator.SourceBatch `json:"sourceBatches,omitempty"`
+	SourceBatchesUntil time.Time                `json:"sourceBatchesUntil,omitzero"`
 }
 
 // TopicDrain is one topic's forwarding state on an agent, as last reported.
