@@ -254,7 +254,9 @@ func (r *Replicator) initPartition(ctx context.Context, p *partState) error {
 	if err != nil {
 		return err
 	}
-	r.seedRecent(ctx, p, next)
+	if err := r.seedRecent(ctx, p, next); err != nil {
+		return err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p.next, p.dstEnd, p.delta, p.prod, p.seq, p.inited = next, end.Offset, delta, prod, 0, true
@@ -569,7 +571,9 @@ func (r *Replicator) copyBatch(ctx context.Context, p *partState, b batch, raw [
 	if p.recent == nil {
 		p.recent = recentBatches{}
 	}
-	p.recent.note(p.p, b, base, r.now(), r.cfg.recentWindow)
+	if b.baseOffset >= p.next { // not a batch the copy entered partway: base is its first record's
+		p.recent.note(p.p, b, base, r.now(), r.cfg.recentWindow)
+	}
 	p.dstEnd += n
 	p.next = b.lastOffset() + 1
 	p.seq = recordbatch.NextSeq(p.seq, int32(n))

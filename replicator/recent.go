@@ -3,6 +3,7 @@ package replicator
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
@@ -87,6 +88,11 @@ func (r recentBatches) note(partition int32, b batch, offset int64, now time.Tim
 	sb := SourceBatch{Partition: partition, ProducerID: p.ID, Epoch: p.Epoch, BaseSeq: p.BaseSeq,
 		Records: b.numRecords, Offset: offset, Copied: now}
 	s := r[k]
+	for _, have := range s {
+		if have.Offset == offset {
+			return // read back again after a failed read
+		}
+	}
 	if len(s) == recentPerProducer {
 		s = append(s[:0], s[1:]...)
 	}
@@ -135,9 +141,10 @@ const recentSeedRecords = 10000
 // seedRecent fills p's record of recent batches from the source batches
 // in [max(next-recentSeedRecords, the log start), next), where the copy
 // resumes. Only under exact parity (a batch's destination offset is its
-// source offset), once per partition and process, and best effort: a
-// failure costs only the record, so it is logged, not returned.
-func (r *Replicator) seedRecent(ctx context.Context, p *partState, next int64) {
+// source offset), once per partition state. A failed fetch is returned, so
+// that the partition's start is retried as any failed copy step is (the
+// copy reads the same leader): given up, the record would be lost for good.
+func (r *Replicator) seedRecent(ctx context.Context, p *partState, next int64) error {
 	r.mu.Lock()
 	exact := r.maps[p.topic].Exact(p.p)
 	seeded := p.seeded
@@ -147,7 +154,7 @@ func (r *Replicator) seedRecent(ctx context.Context, p *partState, next int64) {
 	}
 	r.mu.Unlock()
 	if seeded || !exact || next <= 0 {
-		return
+		return nil
 	}
 	from := max(next-recentSeedRecords, 0)
 	starts, err := r.srcAdm.ListStartOffsets(ctx, p.topic)
@@ -160,8 +167,12 @@ func (r *Replicator) seedRecent(ctx context.Context, p *partState, next int64) {
 	for from < next {
 		fp, err := r.fetch(ctx, p, from)
 		if err != nil {
-			r.log.Debug("reading recent source batches", "topic", p.topic, "partition", p.p, "from", from, "err", err)
-			return
+			// Read again at the partition's next start (a rollback
+			// restarts the copy, often while S is in trouble).
+			r.mu.Lock()
+			p.seeded = false
+			r.mu.Unlock()
+			return fmt.Errorf("reading recent source batches from %d: %w", from, err)
 		}
 		batches, _ := splitBatches(fp.RecordBatches)
 		at := from
@@ -185,4 +196,5 @@ func (r *Replicator) seedRecent(ctx context.Context, p *partState, next int64) {
 		from = at
 	}
 	r.log.Debug("recent source batches read", "topic", p.topic, "partition", p.p, "batches", noted)
+	return nil
 }

@@ -61,7 +61,12 @@ def main() -> int:
                 rec["error"] = str(err)
             else:
                 rec["partition"] = msg.partition()
-                rec["offset"] = msg.offset()
+                # None is librdkafka's -1001, "offset unknown": messages
+                # implicitly acked by a later batch's success (an idempotent
+                # batch whose own answer was lost), a success without an
+                # offset, as kcat reports it.
+                off = msg.offset()
+                rec["offset"] = -1001 if off is None else off
             out.write(json.dumps(rec) + "\n")
             out.flush()
 
