@@ -113,7 +113,7 @@ func (r *Replicator) setupTopic(ctx context.Context, name string) error {
 	}
 	for i := range int32(n) {
 		if _, ok := t.parts[i]; !ok {
-			t.parts[i] = &partState{topic: name, p: i, srcLeader: -1, dstLeader: -1, next: -1}
+			t.parts[i] = &partState{topic: name, p: i, srcLeader: -1, dstLeader: -1, next: -1, recent: recentBatches{}}
 		}
 	}
 	t.ready = true
@@ -568,9 +568,6 @@ func (r *Replicator) copyBatch(ctx context.Context, p *partState, b batch, raw [
 		return fmt.Errorf("%w: %s/%d: batch landed at %d, expected the destination end %d (another writer?)", ErrDestinationDiverged, p.topic, p.p, base, p.dstEnd)
 	}
 	r.mu.Lock()
-	if p.recent == nil {
-		p.recent = recentBatches{}
-	}
 	if b.baseOffset >= p.next { // not a batch the copy entered partway: base is its first record's
 		p.recent.note(p.p, b, base, r.now(), r.cfg.recentWindow)
 	}

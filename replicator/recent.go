@@ -149,9 +149,6 @@ func (r *Replicator) seedRecent(ctx context.Context, p *partState, next int64) e
 	exact := r.maps[p.topic].Exact(p.p)
 	seeded := p.seeded
 	p.seeded = true
-	if p.recent == nil {
-		p.recent = recentBatches{}
-	}
 	r.mu.Unlock()
 	if seeded || !exact || next <= 0 {
 		return nil

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -276,13 +275,8 @@ func grpcSecurity(certFile, keyFile, clientCA, identities string) (credentials.T
 		}
 		return credentials.NewTLS(cfg), nil, nil
 	}
-	pem, err := os.ReadFile(clientCA)
-	if err != nil {
-		return nil, nil, fmt.Errorf("--grpc-client-ca: %w", err)
-	}
-	cfg.ClientCAs = x509.NewCertPool()
-	if !cfg.ClientCAs.AppendCertsFromPEM(pem) {
-		return nil, nil, fmt.Errorf("--grpc-client-ca: no PEM certificate in %s", clientCA)
+	if cfg.ClientCAs, err = readCAFile("--grpc-client-ca", clientCA); err != nil {
+		return nil, nil, err
 	}
 	cfg.ClientAuth = tls.RequireAndVerifyClientCert
 	var rules []controlplane.NodeRule

@@ -115,13 +115,9 @@ func (s *tlsFlags) tlsConfig() (*tls.Config, error) {
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: s.serverName}
 	if s.caFile != "" {
-		pem, err := os.ReadFile(s.caFile)
+		pool, err := readCAFile("--"+s.side+"-tls-ca", s.caFile)
 		if err != nil {
-			return nil, fmt.Errorf("--%s-tls-ca: %w", s.side, err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--%s-tls-ca: no PEM certificate in %s", s.side, s.caFile)
+			return nil, err
 		}
 		cfg.RootCAs = pool
 	}
@@ -179,4 +175,17 @@ func (s *securityFlags) saslMechanism() (sasl.Mechanism, error) {
 		return scram.Auth{User: s.user, Pass: pass}.AsSha512Mechanism(), nil
 	}
 	return nil, fmt.Errorf("--%s-sasl-mechanism: %q is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", s.side, s.mechanism)
+}
+
+// readCAFile reads a PEM CA bundle named by flag.
+func readCAFile(flag, file string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s: no PEM certificate in %s", flag, file)
+	}
+	return pool, nil
 }
