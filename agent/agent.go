@@ -35,6 +35,7 @@ import (
 	"github.com/baton-kafka/baton/agent/internal/framing"
 	"github.com/baton-kafka/baton/agent/internal/upstream"
 	"github.com/baton-kafka/baton/filter"
+	"github.com/baton-kafka/baton/filter/pidmap"
 	"github.com/baton-kafka/baton/internal/errprefix"
 	"github.com/baton-kafka/baton/migration"
 )
@@ -193,14 +194,11 @@ type Agent struct {
 	metrics  *metrics
 	budget   *framing.Budget
 	epochs   *epochs
-	pids     *pidMap
+	pidmap   *pidmap.Factory  // agent-wide: one producer may use several connections
 	cp       *cpLink          // nil with static routes
 	filters  []filter.Factory // every connection's chain (see chain.go)
 	inflight inflight
 	acked    ackedEnds // the end of what each source partition acked, for the drain
-	// uncertain holds idempotent batches the source may have written
-	// unanswered (see uncertain.go).
-	uncertain uncertainBatches
 
 	port    *reservedPort // bound at New, listened on once ready
 	ln      net.Listener
@@ -294,11 +292,11 @@ func New(opts ...Opt) (*Agent, error) {
 		Name: "baton_agent_buffered_request_bytes",
 		Help: "Request bytes read from clients and not yet answered (bounded by BufferedBytes).",
 	}, func() float64 { return float64(a.budget.Held()) }))
-	a.pids = newPIDMap(cfg.producerIDs, cfg.producerIDIdle, a.initDestinationPID)
+	a.pidmap = a.newPIDMap()
 	cfg.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "baton_agent_producer_ids",
 		Help: "Source producers (id, epoch) mapped to a destination producer id.",
-	}, func() float64 { return float64(a.pids.len()) }))
+	}, func() float64 { return float64(a.pidmap.Producers()) }))
 	if cfg.cpConn != nil {
 		if a.cp, err = a.newCPLink(); err != nil {
 			return nil, err

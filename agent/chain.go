@@ -1,11 +1,14 @@
 package agent
 
 import (
+	"time"
+
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/baton-kafka/baton/filter"
 	"github.com/baton-kafka/baton/filter/hold"
 	"github.com/baton-kafka/baton/filter/leasegate"
+	"github.com/baton-kafka/baton/filter/route"
 	"github.com/baton-kafka/baton/migration"
 )
 
@@ -23,29 +26,80 @@ import (
 //  3. hold, the produce hold: holds a produce while one of its topics is
 //     MIGRATING in hold mode, or bound for the source without a lease, up
 //     to the topic's hold max from arrival (holdTopics);
-//  4. the router, the chain's Handler: it answers what the agent owns and
-//     forwards the rest. For produce it looks each topic's route up as it
-//     sends, after the hold (routeWrite), and answers what still cannot
-//     be written with the retriable error.
+//  4. route: where each partition of a produce goes, looked up after the
+//     hold (source under a lease and counted in flight, destination, or
+//     answered retriable), and the connection's partition order (a
+//     partition's next request follows its outstanding ones; none overtakes
+//     a failed batch's resend);
+//  5. pidmap: destination producer ids and sequences for idempotent batches
+//     routed to the destination, and answers for retries of batches the
+//     source already holds;
+//  6. the router, the chain's Handler: it answers what the agent owns and
+//     forwards the rest; a produce's partitions go where route and pidmap
+//     planned, to each partition's leader.
 func (a *Agent) chain() []filter.Factory {
 	fs := append([]filter.Factory(nil), a.cfg.filters...)
 	if a.cp != nil {
 		fs = append(fs, a.leaseGate())
 	}
-	return append(fs, a.produceHold())
+	return append(fs, a.produceHold(), a.produceRoute(), a.pidmap)
+}
+
+// advertisedFor says whether the agent advertised x's version: the router
+// closes the connection of any other at once, so no filter holds or plans
+// it first.
+func (a *Agent) advertisedFor(x *filter.Exchange) bool {
+	return a.advertises(x.Header.APIKey, x.Header.APIVersion)
 }
 
 // produceHold is the agent's produce hold (see holdTopics).
 func (a *Agent) produceHold() filter.Factory {
-	f, err := hold.New(hold.Config{
-		Topics: holdTopics{a},
-		Gated:  func(x *filter.Exchange) bool { return a.advertises(x.Header.APIKey, x.Header.APIVersion) },
-		Held:   a.metrics.held,
-	})
+	f, err := hold.New(hold.Config{Topics: holdTopics{a}, Gated: a.advertisedFor, Held: a.metrics.held})
 	if err != nil {
 		panic(err) // Topics is always set: a bug here, not a config error
 	}
 	return f
+}
+
+// produceRoute is the agent's route filter: its route table, its lease, and
+// its in-flight counts, which the router ends (see settleInflight).
+func (a *Agent) produceRoute() filter.Factory {
+	cfg := route.Config{Table: a.routes, InFlight: &a.inflight, Gated: a.advertisedFor}
+	if a.cp != nil {
+		cfg.Lease = agentLease{a}
+	}
+	f, err := route.New(cfg)
+	if err != nil {
+		panic(err) // Table is always set: a bug here, not a config error
+	}
+	return f
+}
+
+// holdTopics is what the produce hold asks the agent: a produce to a
+// topic waits while the topic is MIGRATING in hold mode, and while it is
+// bound for the source and the agent holds no lease.
+type holdTopics struct{ a *Agent }
+
+var _ hold.Topics = holdTopics{}
+
+// Wait implements hold.Topics.
+func (h holdTopics) Wait(topic string) (bool, time.Duration) {
+	r := h.a.routes.Lookup(topic)
+	switch r.Target() {
+	case filter.Nowhere:
+		return r.Mode == migration.Hold, r.HoldMax
+	case filter.Source:
+		return !h.a.leaseValid(), r.HoldMax
+	}
+	return false, 0
+}
+
+// Changed implements hold.Topics: a route change, and a lease renewal.
+func (h holdTopics) Changed() []<-chan struct{} {
+	if h.a.cp == nil {
+		return []<-chan struct{}{h.a.routes.Changed()}
+	}
+	return []<-chan struct{}{h.a.routes.Changed(), h.a.cp.keeper.Renewed()}
 }
 
 // leaseGate is the agent's leasegate: the keeper's lease, the advertised
@@ -56,7 +110,7 @@ func (a *Agent) leaseGate() filter.Factory {
 		Lease:   agentLease{a},
 		HoldMax: migration.DefaultHoldMax,
 		Gated: func(x *filter.Exchange) bool {
-			return leasegate.SourceWrite(x) && a.advertises(x.Header.APIKey, x.Header.APIVersion)
+			return leasegate.SourceWrite(x) && a.advertisedFor(x)
 		},
 		Refuse: func(x *filter.Exchange, err error) {
 			if resp, ok := a.errorResponse(x.Req); ok {
@@ -74,10 +128,14 @@ func (a *Agent) leaseGate() filter.Factory {
 	return f
 }
 
-// agentLease is the control plane's lease as leasegate asks about it.
+// agentLease is the control plane's lease as leasegate and route ask
+// about it.
 type agentLease struct{ a *Agent }
 
-var _ leasegate.Lease = agentLease{}
+var (
+	_ leasegate.Lease = agentLease{}
+	_ route.Lease     = agentLease{}
+)
 
 func (l agentLease) Valid() bool              { return l.a.leaseValid() }
 func (l agentLease) Renewed() <-chan struct{} { return l.a.cp.keeper.Renewed() }

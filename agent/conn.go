@@ -9,9 +9,9 @@ import (
 	"net"
 	"time"
 
-	"github.com/baton-kafka/baton/agent/internal/bufpool"
 	"github.com/baton-kafka/baton/agent/internal/framing"
 	"github.com/baton-kafka/baton/filter"
+	"github.com/baton-kafka/baton/internal/bufpool"
 )
 
 // maxPipelined bounds the requests one connection may have in flight in the

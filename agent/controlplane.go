@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,6 +12,8 @@ import (
 	"google.golang.org/grpc"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/filter"
+	"github.com/baton-kafka/baton/filter/pidmap"
 	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/xds"
 )
@@ -66,7 +69,7 @@ func (a *Agent) applyRoutes(version uint64, trs []*batonv1.TopicRoute) error {
 			return fmt.Errorf("topic %q: %w", tr.GetTopic(), err)
 		}
 		r.State, r.Mode = st, migration.HoldModeFromProto(tr.GetMode())
-		if r.copied, err = indexCopied(tr.GetTopic(), tr.GetSourceBatches()); err != nil {
+		if r.copied, err = copiedBatches(tr.GetTopic(), tr.GetSourceBatches()); err != nil {
 			return fmt.Errorf("topic %q: %w", tr.GetTopic(), err)
 		}
 		routes = append(routes, r)
@@ -99,9 +102,64 @@ func (a *Agent) leaseReport() (uint64, []*batonv1.TopicDrain) {
 		// Read after the count: an answer is noted before it stops
 		// counting, so a drained report holds every acked end.
 		ends := a.acked.of(r.Topic)
-		stopped := r.Target() != ToSource
+		stopped := r.Target() != filter.Source
 		out = append(out, &batonv1.TopicDrain{Topic: r.Topic, InFlight: uint32(n), StoppedForwarding: stopped,
 			Drained: stopped && n == 0, AckedEnds: ends})
 	}
 	return a.cp.applied.Load(), out
+}
+
+// copiedBatches indexes a COMPLETE route's source batches (the last ones of
+// each idempotent source producer the replicator copied), refusing values
+// no batch can have.
+func copiedBatches(topic string, bs []*batonv1.SourceBatch) (*pidmap.Copied, error) {
+	if len(bs) == 0 {
+		return nil, nil
+	}
+	m := make(map[pidmap.Batch]int64, len(bs))
+	for i, b := range bs {
+		switch {
+		case b.GetPartition() < 0, b.GetProducerId() < 0, b.GetRecords() < 1, b.GetOffset() < 0,
+			b.GetProducerEpoch() < 0 || b.GetProducerEpoch() > math.MaxInt16, b.GetBaseSequence() < 0:
+			return nil, fmt.Errorf("source_batches[%d]: partition %d, producer %d epoch %d, sequence %d, %d records at %d: out of range",
+				i, b.GetPartition(), b.GetProducerId(), b.GetProducerEpoch(), b.GetBaseSequence(), b.GetRecords(), b.GetOffset())
+		}
+		m[pidmap.Batch{Topic: topic, Partition: b.GetPartition(), ProducerID: b.GetProducerId(),
+			Epoch: int16(b.GetProducerEpoch()), Seq: b.GetBaseSequence(), Records: b.GetRecords()}] = b.GetOffset()
+	}
+	return pidmap.NewCopied(m), nil
+}
+
+// leaseValid says whether the agent may write to the source now: with
+// static routes always; with a control plane while it holds a lease.
+// Requests wait for it in the chain (see chain.go): produce in the
+// produce hold, other writes in leasegate.
+func (a *Agent) leaseValid() bool {
+	return a.cp == nil || a.cp.keeper.Valid()
+}
+
+// forwardDeadline is F for a produce to topics: the smallest of their
+// routes' deadlines, as the control plane pushed them, else the control
+// plane's own F from the last lease answer, else the agent's option (static
+// routes). The control plane's silent-agent wait counts with the same F, so
+// an agent never keeps a request uncertain longer than the control plane
+// waits for it.
+func (a *Agent) forwardDeadline(topics []string) time.Duration {
+	f := time.Duration(0)
+	for _, t := range topics {
+		if d := a.routes.Lookup(t).ForwardDeadline; d > 0 && (f == 0 || d < f) {
+			f = d
+		}
+	}
+	if f > 0 {
+		return f
+	}
+	if a.cp != nil {
+		if last := a.cp.keeper.Last(); last != nil {
+			if d := last.GetForwardDeadline().AsDuration(); d > 0 {
+				return d
+			}
+		}
+	}
+	return a.cfg.forwardDeadline
 }

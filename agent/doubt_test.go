@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"github.com/baton-kafka/baton/internal/recordbatch"
 	"sync"
 	"testing"
 	"time"
@@ -73,9 +74,9 @@ func TestProduceAfterItsConnectionDiedWaitsForTheResend(t *testing.T) {
 		pr := req.(*kmsg.ProduceRequest)
 		for _, tt := range pr.Topics {
 			for _, p := range tt.Partitions {
-				g, _ := batchSeq(p.Records)
+				g, _ := recordbatch.ReadProducer(p.Records)
 				mu.Lock()
-				produced = append(produced, tt.Topic+" "+string(rune('0'+g.seq)))
+				produced = append(produced, tt.Topic+" "+string(rune('0'+g.BaseSeq)))
 				first := tt.Topic == topic && !heldK
 				heldK = heldK || first
 				mu.Unlock()

@@ -26,20 +26,6 @@ var (
 	// errForwardDeadline: a forwarded produce got no answer within the
 	// forward deadline.
 	errForwardDeadline = errors.New("agent: a forwarded request passed the forward deadline")
-
-	// errPIDAlloc wraps a failure to get a producer id from the
-	// destination.
-	errPIDAlloc = errors.New("agent: no producer id from the destination")
-	// errBeforeStream: a batch whose sequence comes before the first one
-	// sent to the destination for its partition under the current
-	// mapping (a retry from before an eviction). No destination sequence
-	// can hold it; it is refused with OUT_OF_ORDER_SEQUENCE_NUMBER, as
-	// the destination would refuse it, instead of being sent there with
-	// a sequence wrapped to about 2^31.
-	errBeforeStream = errors.New("agent: batch precedes the destination stream of its producer and partition")
-	// errNotInSource: the source holds no batch of that producer and
-	// sequence in the part of the log searched.
-	errNotInSource = errors.New("agent: batch not found in the source")
 )
 
 // errPrefix starts every agent error message.

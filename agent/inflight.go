@@ -7,13 +7,17 @@ import (
 	"time"
 
 	"github.com/baton-kafka/baton/agent/internal/upstream"
+	"github.com/baton-kafka/baton/filter"
+	"github.com/baton-kafka/baton/filter/route"
 )
+
+var _ route.Counter = (*inflight)(nil)
 
 // What the agent forwarded to the source and the source may still write,
 // per topic, for the drain the control plane waits on before a cutover
-// (docs/design.md §6): produce requests counted from
-// routeWrite until settled, and the offsets the source acked through this
-// agent.
+// (docs/design.md §6): produce requests counted from the route filter
+// (filter/route) until settled, and the offsets the source acked through
+// this agent.
 
 // ackedEnds keeps, per topic and partition, the offset after the last
 // record the source acked through this agent. A leader answers an acks=1
@@ -73,8 +77,8 @@ func (f *inflight) add(topics []string, d int) {
 	}
 }
 
-// add1 is add for one topic, without a slice.
-func (f *inflight) add1(topic string, d int) {
+// Add is add for one topic, without a slice (route.Counter).
+func (f *inflight) Add(topic string, d int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.n == nil {
@@ -104,27 +108,27 @@ func (f *inflight) done(topics []string, answered bool, sent time.Time, deadline
 	f.add(topics, -1)
 }
 
-// sourceUnsent ends the in-flight count of the topics routeWrite counted
-// that sent does not hold: nothing of theirs reached the source.
+// sourceUnsent ends the in-flight count of the topics the route filter
+// counted that sent does not hold: nothing of theirs reached the source.
 func (a *Agent) sourceUnsent(counted, sent []string) {
 	for _, t := range counted {
 		if !slices.Contains(sent, t) {
-			a.inflight.add1(t, -1)
+			a.inflight.Add(t, -1)
 		}
 	}
 }
 
 // forwardedTopics returns the distinct topics of the shards that went to
 // the source, for the in-flight counts.
-func (a *Agent) forwardedTopics(ss []sent, parts []tp) []string {
+func (a *Agent) forwardedTopics(ss []sent, parts []filter.Part) []string {
 	var out []string
 	for _, sh := range ss {
 		if sh.err != nil || sh.s.up != a.src {
 			continue
 		}
 		for _, i := range sh.s.idx {
-			if !slices.Contains(out, parts[i].topic) {
-				out = append(out, parts[i].topic)
+			if !slices.Contains(out, parts[i].Topic) {
+				out = append(out, parts[i].Topic)
 			}
 		}
 	}

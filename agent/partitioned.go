@@ -5,22 +5,23 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/baton-kafka/baton/agent/internal/bufpool"
 	"github.com/baton-kafka/baton/agent/internal/upstream"
 	"github.com/baton-kafka/baton/filter"
+	"github.com/baton-kafka/baton/internal/bufpool"
 	"github.com/baton-kafka/baton/internal/recordbatch"
 )
 
-// Requests addressed to partitions (Produce, Fetch, ListOffsets,
-// OffsetForLeaderEpoch) are split by the cluster each topic routes to and
-// by that cluster's partition leader, sent to every leader at once, and
-// re-assembled in the request's order.
+// Requests addressed to partitions (Produce here; Fetch, ListOffsets,
+// OffsetForLeaderEpoch in reads.go) are split by the cluster each
+// partition goes to and by that cluster's partition leader, sent to every
+// leader at once, and re-assembled in the request's order.
 
 type tp struct {
 	topic     string
@@ -34,46 +35,45 @@ type shard struct {
 	addr string
 	idx  []int
 	// conn, when set, is the only upstream connection the shard may go on
-	// (see pins.onConn); nil: any.
+	// (a produce partition's outstanding requests went on it: see
+	// filter/route); nil: any.
 	conn *upstream.Conn
 }
 
-// shardByLeader groups parts by leader, or by the broker pinned returns
-// (when not nil) for a part. codes[i] is set, and i left out of every
-// shard, when part i cannot be sent (no leader known, topic held).
-func (r *router) shardByLeader(ctx context.Context, parts []tp, upFor func(topic string) *upstream.Cluster, pinned func(*upstream.Cluster, tp) (string, bool)) ([]*shard, []int16) {
-	codes := make([]int16, len(parts))
-	var shards []*shard
-	byAddr := map[*upstream.Cluster]map[string]*shard{}
-	for i, p := range parts {
-		up := upFor(p.topic)
-		if up == nil {
-			codes[i] = retriable
+// addTo adds part i to the shard for (up, addr, conn) in shards, or to a
+// new one. A part that may go on any connection joins any shard of its
+// broker; one that must go on conn joins a shard on conn, or one that
+// may go on any (which then goes on conn).
+func addTo(shards []*shard, up *upstream.Cluster, addr string, conn *upstream.Conn, i int) []*shard {
+	for _, s := range shards {
+		if s.up != up || s.addr != addr {
 			continue
 		}
-		addr, ok := "", false
-		if pinned != nil {
-			addr, ok = pinned(up, p)
-		}
-		if !ok {
-			var err error
-			if addr, err = up.LeaderAddr(ctx, p.topic, p.partition); err != nil {
-				codes[i] = errorCode(err)
-				continue
+		if conn == nil || s.conn == conn || s.conn == nil {
+			if conn != nil {
+				s.conn = conn
 			}
+			s.idx = append(s.idx, i)
+			return shards
 		}
-		m := byAddr[up]
-		if m == nil {
-			m = map[string]*shard{}
-			byAddr[up] = m
+	}
+	return append(shards, &shard{up: up, addr: addr, conn: conn, idx: []int{i}})
+}
+
+// shardByLeader groups parts by the leader of the cluster upFor names for
+// their topic. codes[i] is set, and i left out of every shard, when part i
+// has no leader known.
+func (r *router) shardByLeader(ctx context.Context, parts []tp, upFor func(topic string) *upstream.Cluster) ([]*shard, []int16) {
+	codes := make([]int16, len(parts))
+	var shards []*shard
+	for i, p := range parts {
+		up := upFor(p.topic)
+		addr, err := up.LeaderAddr(ctx, p.topic, p.partition)
+		if err != nil {
+			codes[i] = errorCode(err)
+			continue
 		}
-		s := m[addr]
-		if s == nil {
-			s = &shard{up: up, addr: addr}
-			m[addr] = s
-			shards = append(shards, s)
-		}
-		s.idx = append(s.idx, i)
+		shards = addTo(shards, up, addr, nil, i)
 	}
 	return shards, codes
 }
@@ -130,25 +130,6 @@ func (r *router) sendShards(ctx context.Context, shards []*shard, key, ver int16
 		out[i] = sent{s: s, cl: cl, err: err}
 	}
 	return out
-}
-
-// notSentCodes is the retriable error, in the request's flattened order,
-// for the parts of every shard whose request never reached the broker; nil
-// when every one did (the usual case: nothing allocated).
-func notSentCodes(ss []sent, n int) []int16 {
-	var codes []int16
-	for _, s := range ss {
-		if s.err == nil || !errors.Is(s.err, upstream.ErrNotSent) {
-			continue
-		}
-		if codes == nil {
-			codes = make([]int16, n)
-		}
-		for _, i := range s.s.idx {
-			codes[i] = retriable
-		}
-	}
-	return codes
 }
 
 // encodedSizeHint guesses a request's encoded size so that encoding it does
@@ -218,86 +199,94 @@ func (r *router) waitCall(ctx context.Context, cl *upstream.Call, key int16) ([]
 
 // --- Produce ---
 
+// via is where the router sent a produce part (filter.Via): the route
+// filter sends the partition's next request the same way while this one is
+// outstanding.
+type via struct {
+	to   filter.Cluster
+	addr string
+	conn *upstream.Conn
+}
+
+var _ filter.Via = via{}
+
+func (v via) Cluster() filter.Cluster { return v.to }
+func (v via) Dead() bool              { return v.conn.Dead() }
+
+// cluster is the upstream of a route target; nil for filter.Nowhere.
+func (r *router) cluster(c filter.Cluster) *upstream.Cluster {
+	switch c {
+	case filter.Source:
+		return r.a.src
+	case filter.Destination:
+		return r.a.dst
+	}
+	return nil
+}
+
+// produce sends a produce's parts where the filters planned (Exchange.Parts:
+// filter/route chose each part's cluster, and the connection a part must
+// follow; filter/pidmap rewrote or answered idempotent parts bound for the
+// destination), each to its partition's leader, and answers the parts the
+// plan answered, or that cannot be sent, without sending them.
 func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.ProduceRequest) filter.Pending {
-	n := 0
-	for _, t := range req.Topics {
-		n += len(t.Partitions)
-	}
-	parts := make([]tp, 0, n)
-	records := make([][]byte, 0, n) // per part, for the acked ends (see ackedEnds)
-	for _, t := range req.Topics {
-		for _, p := range t.Partitions {
-			parts = append(parts, tp{t.Topic, p.Partition})
-			records = append(records, p.Records)
-		}
-	}
-	// Where each topic goes is decided now, after the produce hold (see
-	// routeWrite); source-bound topics are counted in flight from here
-	// until answered, for the drain the control plane waits on.
-	ups := map[string]*upstream.Cluster{}
+	parts := x.Parts()
+	// The topics the route filter counted in flight: those with a part
+	// bound for the source. They count until the source can no longer
+	// write what was sent (settleInflight), or at once if nothing was.
 	var srcTopics []string
-	for _, t := range req.Topics {
-		if _, ok := ups[t.Topic]; !ok {
-			up := r.routeWrite(t.Topic)
-			ups[t.Topic] = up
-			if up == r.a.src {
-				srcTopics = append(srcTopics, t.Topic)
-			}
+	for i := range parts {
+		if parts[i].To == filter.Source && !slices.Contains(srcTopics, parts[i].Topic) {
+			srcTopics = append(srcTopics, parts[i].Topic)
 		}
 	}
 	fwd := r.a.forwardDeadline(srcTopics)
-	shards, codes := r.shardByLeader(ctx, parts, func(t string) *upstream.Cluster { return ups[t] }, r.pins.addr)
-	shards = r.pins.dropAfterGap(req, shards, codes) // see pin.go
-	shards = r.pins.onConn(shards, parts, codes)     // see pin.go
-	// Idempotent batches toward the destination go under the destination
-	// producer id mapped from the client's (see pidmap.go).
-	shards, rewritten, dups := r.mapProducers(ctx, req, shards, codes)
-	r.pins.noteRefused(req, codes) // see pin.go
+	shards := r.produceShards(ctx, parts)
 	// Looking up leaders may have taken a while: the lease must still hold
 	// when the bytes leave (the control plane counts a silent agent safe
 	// from its lease's end plus F, and F starts at the send).
 	if len(srcTopics) > 0 && !r.a.leaseValid() {
-		shards = dropSource(shards, r.a.src, codes)
+		shards = dropSource(shards, r.a.src, parts)
 	}
 
 	expect := req.Acks != 0
 	var ss []sent
-	if len(shards) == 1 && len(shards[0].idx) == len(parts) && rewritten == nil {
+	if len(shards) == 1 && len(shards[0].idx) == len(parts) && !anySend(parts) {
 		// One leader serves the whole request: forward the client's bytes.
 		s := shards[0]
 		cl, err := s.up.SendvOn(ctx, s.addr, r.slot, s.conn, 0, req.Version, x.Header.ClientID, [][]byte{x.RawReq}, expect)
 		ss = []sent{{s: s, cl: cl, err: err}}
 	} else {
 		ss = r.sendShards(ctx, shards, 0, req.Version, x.Header.ClientID, func(s *shard) kmsg.Request {
-			sub := kmsg.NewPtrProduceRequest()
-			sub.Version, sub.TransactionID, sub.Acks, sub.TimeoutMillis = req.Version, req.TransactionID, req.Acks, req.TimeoutMillis
-			flat := 0
-			for _, t := range req.Topics {
-				var st *kmsg.ProduceRequestTopic
-				for _, p := range t.Partitions {
-					if contains(s.idx, flat) {
-						if b, ok := rewritten[flat]; ok {
-							p.Records = b
-						}
-						if st == nil {
-							sub.Topics = append(sub.Topics, kmsg.ProduceRequestTopic{Topic: t.Topic})
-							st = &sub.Topics[len(sub.Topics)-1]
-						}
-						st.Partitions = append(st.Partitions, p)
-					}
-					flat++
-				}
-			}
-			return sub
+			return subProduce(req, parts, s.idx)
 		}, expect)
-		for _, b := range rewritten {
-			bufpool.Put(b) // sendShards wrote them
+	}
+	for i := range parts {
+		if parts[i].Send != nil {
+			bufpool.Put(parts[i].Send) // written, or never will be
+			parts[i].Send = nil
 		}
 	}
-	// A batch that was not sent is a gap at once, before the connection's
-	// next request is dispatched (see pin.go).
-	if notSent := notSentCodes(ss, len(parts)); expect && notSent != nil {
-		r.pins.noteRefused(req, notSent)
+	if expect {
+		// Where each part went, and what never left, before the
+		// connection's next request is dispatched: the route filter folds
+		// it in then (its pins and gaps).
+		for _, s := range ss {
+			switch {
+			case s.err == nil:
+				v := via{to: filter.Destination, addr: s.s.addr, conn: s.cl.Conn()}
+				if s.s.up == r.a.src {
+					v.to = filter.Source
+				}
+				for _, i := range s.s.idx {
+					parts[i].Via = v
+				}
+			case errors.Is(s.err, upstream.ErrNotSent):
+				for _, i := range s.s.idx {
+					parts[i].Answer(retriable)
+				}
+			}
+		}
 	}
 	// What went to the source stays counted until it is answered (or can
 	// no longer be written); what was not sent stops counting now.
@@ -317,16 +306,16 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 		return filter.Done{}
 	}
 
-	held := r.pins.hold(ss, parts) // see pin.go
 	return pendingFunc(func(ctx context.Context) error {
-		defer r.pins.release(held)
 		results := make([]kmsg.ProduceResponseTopicPartition, len(parts))
 		for i := range results {
 			results[i] = kmsg.NewProduceResponseTopicPartition()
-			results[i].Partition = parts[i].partition
-			results[i].ErrorCode = codes[i]
-			if off, ok := dups[i]; ok {
-				results[i].BaseOffset = off // already written: see uncertain.go
+			results[i].Partition = parts[i].Partition
+			if parts[i].Answered {
+				results[i].ErrorCode = parts[i].Code
+				if parts[i].Code == 0 {
+					results[i].BaseOffset = parts[i].Offset // already written (filter/pidmap)
+				}
 			}
 		}
 		var throttle int32
@@ -335,13 +324,13 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 		r.collect(ctx, ss, 0, req.Version, func() kmsg.Response { return kmsg.NewPtrProduceResponse() },
 			func(s *shard, resp kmsg.Response, err error) {
 				if err != nil {
-					if s.up == r.a.src {
-						r.a.noteUncertain(req, s.idx) // see uncertain.go
-					}
 					// Uncertain: it may have been written. Retriable, never success.
 					r.a.log.Debug("produce forward failed", "cluster", s.up.Name(), "broker", s.addr, "err", err)
 					for _, i := range s.idx {
 						results[i].ErrorCode = retriable
+						if s.up == r.a.src && !errors.Is(err, upstream.ErrNotSent) {
+							parts[i].Uncertain = true // see filter/pidmap
+						}
 					}
 					return
 				}
@@ -355,7 +344,8 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 					}
 				}
 				for _, i := range s.idx {
-					p, ok := got[parts[i]]
+					part := tp{parts[i].Topic, parts[i].Partition}
+					p, ok := got[part]
 					if !ok {
 						results[i].ErrorCode = retriable
 						continue
@@ -363,21 +353,20 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 					out := &results[i]
 					out.ErrorCode, out.BaseOffset, out.LogAppendTime, out.LogStartOffset = p.ErrorCode, p.BaseOffset, p.LogAppendTime, p.LogStartOffset
 					if s.up == r.a.src && p.ErrorCode == 0 && p.BaseOffset >= 0 {
-						if n, ok := recordbatch.OffsetSpan(records[i]); ok {
-							r.a.acked.note(parts[i].topic, parts[i].partition, p.BaseOffset+n)
+						if n, ok := recordbatch.OffsetSpan(parts[i].Records); ok {
+							r.a.acked.note(part.topic, part.partition, p.BaseOffset+n)
 						}
 					}
 					out.ErrorRecords, out.ErrorMessage = p.ErrorRecords, p.ErrorMessage
 					if leaderGone(p.ErrorCode) {
-						if r.relayLeaderHint(s.up, pr, p, parts[i], out) {
+						if r.relayLeaderHint(s.up, pr, p, part, out) {
 							hinted = true
 						} else {
-							s.up.ForgetLeader(parts[i].topic)
+							s.up.ForgetLeader(part.topic)
 						}
 					}
 				}
 			})
-		r.pins.noteGaps(req, results) // before the deferred release
 		resp := req.ResponseKind().(*kmsg.ProduceResponse)
 		resp.ThrottleMillis = throttle
 		if hinted {
@@ -396,6 +385,89 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 		r.a.countProduce(resp)
 		return nil
 	})
+}
+
+// produceShards groups the parts the plan leaves unanswered by the broker
+// each goes to: the one its Via names (the connection its partition's
+// outstanding requests went on), else its cluster's partition leader. A
+// part with no cluster, or no leader known, is answered here.
+func (r *router) produceShards(ctx context.Context, parts []filter.Part) []*shard {
+	var shards []*shard
+	for i := range parts {
+		p := &parts[i]
+		if p.Answered {
+			continue
+		}
+		up := r.cluster(p.To)
+		if up == nil {
+			p.Answer(retriable)
+			continue
+		}
+		if v, ok := p.Via.(via); ok && v.to == p.To {
+			shards = addTo(shards, up, v.addr, v.conn, i)
+			continue
+		}
+		addr, err := up.LeaderAddr(ctx, p.Topic, p.Partition)
+		if err != nil {
+			p.Answer(errorCode(err))
+			continue
+		}
+		shards = addTo(shards, up, addr, nil, i)
+	}
+	return shards
+}
+
+// dropSource takes the shards bound for src out of shards, and answers
+// their parts with the retriable error: nothing of them was sent.
+func dropSource(shards []*shard, src *upstream.Cluster, parts []filter.Part) []*shard {
+	kept := shards[:0]
+	for _, s := range shards {
+		if s.up != src {
+			kept = append(kept, s)
+			continue
+		}
+		for _, i := range s.idx {
+			parts[i].Answer(retriable)
+		}
+	}
+	return kept
+}
+
+// anySend reports whether a part goes upstream with bytes of the plan's
+// instead of the client's.
+func anySend(parts []filter.Part) bool {
+	for i := range parts {
+		if parts[i].Send != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// subProduce is the part of req that one shard serves (the parts idx, in
+// the request's order), with the plan's bytes where it has them.
+func subProduce(req *kmsg.ProduceRequest, parts []filter.Part, idx []int) *kmsg.ProduceRequest {
+	sub := kmsg.NewPtrProduceRequest()
+	sub.Version, sub.TransactionID, sub.Acks, sub.TimeoutMillis = req.Version, req.TransactionID, req.Acks, req.TimeoutMillis
+	flat, next := 0, 0
+	for _, t := range req.Topics {
+		var st *kmsg.ProduceRequestTopic
+		for _, p := range t.Partitions {
+			if next < len(idx) && idx[next] == flat {
+				next++
+				if b := parts[flat].Send; b != nil {
+					p.Records = b
+				}
+				if st == nil {
+					sub.Topics = append(sub.Topics, kmsg.ProduceRequestTopic{Topic: t.Topic})
+					st = &sub.Topics[len(sub.Topics)-1]
+				}
+				st.Partitions = append(st.Partitions, p)
+			}
+			flat++
+		}
+	}
+	return sub
 }
 
 // relayLeaderHint turns a broker's KIP-951 hint (NOT_LEADER_OR_FOLLOWER
@@ -424,256 +496,4 @@ func (r *router) relayLeaderHint(up *upstream.Cluster, pr *kmsg.ProduceResponse,
 	out.CurrentLeader.LeaderID = r.a.nodeID
 	out.CurrentLeader.LeaderEpoch = r.a.epochs.get(up, part.topic, part.partition, h.LeaderID, h.LeaderEpoch)
 	return true
-}
-
-func contains(idx []int, i int) bool {
-	// idx is ascending: built in flattened order.
-	lo, hi := 0, len(idx)
-	for lo < hi {
-		m := (lo + hi) / 2
-		switch {
-		case idx[m] == i:
-			return true
-		case idx[m] < i:
-			lo = m + 1
-		default:
-			hi = m
-		}
-	}
-	return false
-}
-
-// --- Fetch ---
-
-func (r *router) fetch(ctx context.Context, x *filter.Exchange, req *kmsg.FetchRequest) filter.Pending {
-	var parts []tp
-	var reqParts []kmsg.FetchRequestTopicPartition
-	for _, t := range req.Topics {
-		for _, p := range t.Partitions {
-			parts = append(parts, tp{t.Topic, p.Partition})
-			reqParts = append(reqParts, p)
-		}
-	}
-	shards, codes := r.shardByLeader(ctx, parts, r.upstreamFor, nil)
-	ss := r.sendShards(ctx, shards, 1, req.Version, x.Header.ClientID, func(s *shard) kmsg.Request {
-		sub := kmsg.NewPtrFetchRequest()
-		sub.Version, sub.ReplicaID, sub.MaxWaitMillis, sub.MinBytes, sub.MaxBytes = req.Version, req.ReplicaID, req.MaxWaitMillis, req.MinBytes, req.MaxBytes
-		sub.IsolationLevel, sub.Rack = req.IsolationLevel, req.Rack
-		// No fetch sessions across a split: every fetch is a full one.
-		sub.SessionID, sub.SessionEpoch = 0, -1
-		for _, i := range s.idx {
-			p := reqParts[i]
-			p.CurrentLeaderEpoch = -1 // the client knows only synthetic epochs
-			if n := len(sub.Topics); n == 0 || sub.Topics[n-1].Topic != parts[i].topic {
-				sub.Topics = append(sub.Topics, kmsg.FetchRequestTopic{Topic: parts[i].topic})
-			}
-			sub.Topics[len(sub.Topics)-1].Partitions = append(sub.Topics[len(sub.Topics)-1].Partitions, p)
-		}
-		return sub
-	}, true)
-	return pendingFunc(func(ctx context.Context) error {
-		results := make([]kmsg.FetchResponseTopicPartition, len(parts))
-		for i := range results {
-			results[i] = kmsg.NewFetchResponseTopicPartition()
-			results[i].Partition = parts[i].partition
-			results[i].ErrorCode = codes[i]
-			results[i].HighWatermark, results[i].LastStableOffset, results[i].LogStartOffset = -1, -1, -1
-		}
-		var throttle int32
-		r.collect(ctx, ss, 1, req.Version, func() kmsg.Response { return kmsg.NewPtrFetchResponse() },
-			func(s *shard, resp kmsg.Response, err error) {
-				var fr *kmsg.FetchResponse
-				if err == nil {
-					fr = resp.(*kmsg.FetchResponse)
-					if fr.ErrorCode != 0 {
-						err = kerr.ErrorForCode(fr.ErrorCode)
-					}
-				}
-				if err != nil {
-					for _, i := range s.idx {
-						results[i].ErrorCode = errorCode(err)
-					}
-					return
-				}
-				throttle = max(throttle, fr.ThrottleMillis)
-				got := map[tp]*kmsg.FetchResponseTopicPartition{}
-				for ti := range fr.Topics {
-					for pi := range fr.Topics[ti].Partitions {
-						p := &fr.Topics[ti].Partitions[pi]
-						got[tp{fr.Topics[ti].Topic, p.Partition}] = p
-					}
-				}
-				for _, i := range s.idx {
-					p, ok := got[parts[i]]
-					if !ok {
-						results[i].ErrorCode = retriable
-						continue
-					}
-					out := *p
-					out.CurrentLeader = kmsg.NewFetchResponseTopicPartitionCurrentLeader()
-					out.PreferredReadReplica = -1 // only the agent exists
-					results[i] = out
-					if leaderGone(p.ErrorCode) {
-						s.up.ForgetLeader(parts[i].topic)
-					}
-				}
-			})
-		resp := req.ResponseKind().(*kmsg.FetchResponse)
-		resp.ThrottleMillis = throttle
-		i := 0
-		for _, t := range req.Topics {
-			rt := kmsg.NewFetchResponseTopic()
-			rt.Topic = t.Topic
-			rt.Partitions = results[i : i+len(t.Partitions)]
-			i += len(t.Partitions)
-			resp.Topics = append(resp.Topics, rt)
-		}
-		x.Resp = resp
-		return nil
-	})
-}
-
-// mergeByPartition waits for the shards of a partitioned request that
-// reads (ListOffsets, OffsetForLeaderEpoch) and returns one result per
-// part, in the request's order: the broker's answer where there is one,
-// else blank with the error the client should see.
-func mergeByPartition[P any](r *router, ctx context.Context, ss []sent, key, ver int16, parts []tp, codes []int16,
-	kind func() kmsg.Response, each func(kmsg.Response, func(topic string, partition int32, p P)),
-	blank func(partition int32, code int16) P, code func(P) int16) []P {
-	results := make([]P, len(parts))
-	for i := range results {
-		results[i] = blank(parts[i].partition, codes[i])
-	}
-	r.collect(ctx, ss, key, ver, kind, func(s *shard, resp kmsg.Response, err error) {
-		if err != nil {
-			for _, i := range s.idx {
-				results[i] = blank(parts[i].partition, errorCode(err))
-			}
-			return
-		}
-		got := map[tp]P{}
-		each(resp, func(topic string, partition int32, p P) { got[tp{topic, partition}] = p })
-		for _, i := range s.idx {
-			p, ok := got[parts[i]]
-			if !ok {
-				results[i] = blank(parts[i].partition, retriable)
-				continue
-			}
-			results[i] = p
-			if leaderGone(code(p)) {
-				s.up.ForgetLeader(parts[i].topic)
-			}
-		}
-	})
-	return results
-}
-
-// --- ListOffsets ---
-
-func (r *router) listOffsets(ctx context.Context, x *filter.Exchange, req *kmsg.ListOffsetsRequest) filter.Pending {
-	var parts []tp
-	var reqParts []kmsg.ListOffsetsRequestTopicPartition
-	for _, t := range req.Topics {
-		for _, p := range t.Partitions {
-			parts = append(parts, tp{t.Topic, p.Partition})
-			reqParts = append(reqParts, p)
-		}
-	}
-	shards, codes := r.shardByLeader(ctx, parts, r.upstreamFor, nil)
-	ss := r.sendShards(ctx, shards, 2, req.Version, x.Header.ClientID, func(s *shard) kmsg.Request {
-		sub := kmsg.NewPtrListOffsetsRequest()
-		sub.Version, sub.ReplicaID, sub.IsolationLevel, sub.TimeoutMillis = req.Version, req.ReplicaID, req.IsolationLevel, req.TimeoutMillis
-		for _, i := range s.idx {
-			p := reqParts[i]
-			p.CurrentLeaderEpoch = -1 // the client knows only synthetic epochs
-			if n := len(sub.Topics); n == 0 || sub.Topics[n-1].Topic != parts[i].topic {
-				sub.Topics = append(sub.Topics, kmsg.ListOffsetsRequestTopic{Topic: parts[i].topic})
-			}
-			sub.Topics[len(sub.Topics)-1].Partitions = append(sub.Topics[len(sub.Topics)-1].Partitions, p)
-		}
-		return sub
-	}, true)
-	return pendingFunc(func(ctx context.Context) error {
-		results := mergeByPartition(r, ctx, ss, 2, req.Version, parts, codes,
-			func() kmsg.Response { return kmsg.NewPtrListOffsetsResponse() },
-			func(resp kmsg.Response, yield func(string, int32, kmsg.ListOffsetsResponseTopicPartition)) {
-				for _, t := range resp.(*kmsg.ListOffsetsResponse).Topics {
-					for _, p := range t.Partitions {
-						yield(t.Topic, p.Partition, p)
-					}
-				}
-			},
-			func(partition int32, code int16) kmsg.ListOffsetsResponseTopicPartition {
-				p := kmsg.NewListOffsetsResponseTopicPartition()
-				p.Partition, p.ErrorCode = partition, code
-				return p
-			},
-			func(p kmsg.ListOffsetsResponseTopicPartition) int16 { return p.ErrorCode })
-		resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
-		i := 0
-		for _, t := range req.Topics {
-			rt := kmsg.NewListOffsetsResponseTopic()
-			rt.Topic = t.Topic
-			rt.Partitions = results[i : i+len(t.Partitions)]
-			i += len(t.Partitions)
-			resp.Topics = append(resp.Topics, rt)
-		}
-		x.Resp = resp
-		return nil
-	})
-}
-
-// --- OffsetForLeaderEpoch ---
-
-func (r *router) offsetForLeaderEpoch(ctx context.Context, x *filter.Exchange, req *kmsg.OffsetForLeaderEpochRequest) filter.Pending {
-	var parts []tp
-	var reqParts []kmsg.OffsetForLeaderEpochRequestTopicPartition
-	for _, t := range req.Topics {
-		for _, p := range t.Partitions {
-			parts = append(parts, tp{t.Topic, p.Partition})
-			reqParts = append(reqParts, p)
-		}
-	}
-	shards, codes := r.shardByLeader(ctx, parts, r.upstreamFor, nil)
-	ss := r.sendShards(ctx, shards, 23, req.Version, x.Header.ClientID, func(s *shard) kmsg.Request {
-		sub := kmsg.NewPtrOffsetForLeaderEpochRequest()
-		sub.Version, sub.ReplicaID = req.Version, req.ReplicaID
-		for _, i := range s.idx {
-			p := reqParts[i]
-			p.CurrentLeaderEpoch = -1
-			if n := len(sub.Topics); n == 0 || sub.Topics[n-1].Topic != parts[i].topic {
-				sub.Topics = append(sub.Topics, kmsg.OffsetForLeaderEpochRequestTopic{Topic: parts[i].topic})
-			}
-			sub.Topics[len(sub.Topics)-1].Partitions = append(sub.Topics[len(sub.Topics)-1].Partitions, p)
-		}
-		return sub
-	}, true)
-	return pendingFunc(func(ctx context.Context) error {
-		results := mergeByPartition(r, ctx, ss, 23, req.Version, parts, codes,
-			func() kmsg.Response { return kmsg.NewPtrOffsetForLeaderEpochResponse() },
-			func(resp kmsg.Response, yield func(string, int32, kmsg.OffsetForLeaderEpochResponseTopicPartition)) {
-				for _, t := range resp.(*kmsg.OffsetForLeaderEpochResponse).Topics {
-					for _, p := range t.Partitions {
-						yield(t.Topic, p.Partition, p)
-					}
-				}
-			},
-			func(partition int32, code int16) kmsg.OffsetForLeaderEpochResponseTopicPartition {
-				p := kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
-				p.Partition, p.ErrorCode = partition, code
-				return p
-			},
-			func(p kmsg.OffsetForLeaderEpochResponseTopicPartition) int16 { return p.ErrorCode })
-		resp := req.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)
-		i := 0
-		for _, t := range req.Topics {
-			rt := kmsg.NewOffsetForLeaderEpochResponseTopic()
-			rt.Topic = t.Topic
-			rt.Partitions = results[i : i+len(t.Partitions)]
-			i += len(t.Partitions)
-			resp.Topics = append(resp.Topics, rt)
-		}
-		x.Resp = resp
-		return nil
-	})
 }

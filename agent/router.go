@@ -36,10 +36,6 @@ type router struct {
 	ownMu  sync.Mutex
 	own    map[ownKey]*upstream.Conn
 	closed bool
-
-	// pins keeps a partition's produce requests on one broker while some
-	// are outstanding (see pin.go).
-	pins pins
 }
 
 type ownKey struct {
@@ -305,7 +301,7 @@ func (r *router) toCoordinator(ctx context.Context, x *filter.Exchange, typ int8
 
 // upstreamFor returns the cluster a topic's reads and metadata come from.
 func (r *router) upstreamFor(topic string) *upstream.Cluster {
-	if r.a.routes.Lookup(topic).Target() == ToDestination {
+	if r.a.routes.Target(topic) == filter.Destination {
 		return r.a.dst
 	}
 	return r.a.src
@@ -325,7 +321,7 @@ func (r *router) metadata(ctx context.Context, x *filter.Exchange, req *kmsg.Met
 		srcTopics = nil
 		if routes, _ := r.a.routes.Snapshot(); len(routes) > 0 {
 			for _, rt := range routes {
-				if rt.Target() == ToDestination {
+				if rt.Target() == filter.Destination {
 					dstTopics = append(dstTopics, rt.Topic)
 				}
 			}

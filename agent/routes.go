@@ -12,6 +12,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/baton-kafka/baton/filter"
+	"github.com/baton-kafka/baton/filter/pidmap"
 	"github.com/baton-kafka/baton/migration"
 )
 
@@ -27,29 +29,20 @@ type Route struct {
 
 	// copied are, once COMPLETE, the last batches of each idempotent
 	// source producer the replicator copied, with their offsets: a retry
-	// of one is answered, not written again (see uncertain.go).
-	copied *copiedBatches
+	// of one is answered, not written again (filter/pidmap).
+	copied *pidmap.Copied
 }
 
-// Cluster names a route target.
-type Cluster int
-
-// Route targets.
-const (
-	ToSource Cluster = iota
-	ToDestination
-	ToNowhere // MIGRATING: hold or refuse
-)
-
-// Target is where writes for the route go.
-func (r Route) Target() Cluster {
+// Target is where writes for the route go: nowhere while MIGRATING (held
+// or refused), the destination once COMPLETE, else the source.
+func (r Route) Target() filter.Cluster {
 	switch r.State {
 	case migration.Migrating:
-		return ToNowhere
+		return filter.Nowhere
 	case migration.Complete:
-		return ToDestination
+		return filter.Destination
 	default:
-		return ToSource
+		return filter.Source
 	}
 }
 
@@ -79,6 +72,9 @@ func (t *RouteTable) Lookup(topic string) Route {
 	}
 	return r
 }
+
+// Target is where writes to topic go now (route.Table).
+func (t *RouteTable) Target(topic string) filter.Cluster { return t.Lookup(topic).Target() }
 
 // Snapshot returns every route, sorted by topic, and the table version.
 func (t *RouteTable) Snapshot() ([]Route, uint64) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/baton-kafka/baton/agent/internal/upstream"
+	"github.com/baton-kafka/baton/filter"
 	"github.com/baton-kafka/baton/migration"
 )
 
@@ -57,8 +58,8 @@ func TestParseRoutes(t *testing.T) {
 
 func TestRouteTargets(t *testing.T) {
 	t.Parallel()
-	for st, want := range map[migration.State]Cluster{
-		migration.Unmanaged: ToSource, migration.Reject: ToSource, migration.Proxy: ToSource, migration.Migrating: ToNowhere, migration.Complete: ToDestination,
+	for st, want := range map[migration.State]filter.Cluster{
+		migration.Unmanaged: filter.Source, migration.Reject: filter.Source, migration.Proxy: filter.Source, migration.Migrating: filter.Nowhere, migration.Complete: filter.Destination,
 	} {
 		if got := (Route{State: st}).Target(); got != want {
 			t.Errorf("%s routes to %v, want %v", st, got, want)

@@ -103,7 +103,7 @@ func TestRetryOfCopiedBatchOnANewAgentIsNotDuplicated(t *testing.T) {
 			t.Fatalf("seq %d in PROXY: %v at %d", seq, kerr.ErrorForCode(code), off)
 		}
 	}
-	copied, err := indexCopied(topic, []*batonv1.SourceBatch{
+	copied, err := copiedBatches(topic, []*batonv1.SourceBatch{
 		{Partition: 0, ProducerId: pid, ProducerEpoch: int32(epoch), BaseSequence: 0, Records: 1, Offset: 0},
 		{Partition: 0, ProducerId: pid, ProducerEpoch: int32(epoch), BaseSequence: 1, Records: 1, Offset: 1},
 	})
@@ -129,7 +129,7 @@ func TestRetryOfCopiedBatchOnANewAgentIsNotDuplicated(t *testing.T) {
 }
 
 // A route's source batches out of range NACK the route, naming the entry.
-func TestIndexCopiedRefusesOutOfRange(t *testing.T) {
+func TestCopiedBatchesRefuseOutOfRange(t *testing.T) {
 	t.Parallel()
 	for _, b := range []*batonv1.SourceBatch{
 		{Partition: -1, Records: 1},
@@ -139,7 +139,7 @@ func TestIndexCopiedRefusesOutOfRange(t *testing.T) {
 		{Records: 1, ProducerEpoch: 1 << 16},
 		{Records: 1, BaseSequence: -2},
 	} {
-		if _, err := indexCopied("t", []*batonv1.SourceBatch{{Records: 1}, b}); err == nil || !strings.Contains(err.Error(), "source_batches[1]") {
+		if _, err := copiedBatches("t", []*batonv1.SourceBatch{{Records: 1}, b}); err == nil || !strings.Contains(err.Error(), "source_batches[1]") {
 			t.Errorf("%v: %v, want an error naming source_batches[1]", b, err)
 		}
 	}

@@ -25,7 +25,8 @@
 //     when the Handler answered), exactly once per request that expects a
 //     response, from one goroutine, in the order responses are written to
 //     the client (which is request order, by correlation id). An acks=0
-//     produce request has no response and so no OnResponse call.
+//     produce request has no response written, but its exchange still runs
+//     the response side (with NoResponse set), so a filter sees it end.
 //
 // # Holding a request
 //
@@ -58,6 +59,20 @@
 //
 // A filter MUST NOT keep an Exchange, or any slice of it, after its
 // OnResponse returns: the agent reuses the request's buffer.
+//
+// # Produce, partition by partition
+//
+// A produce request is answered per partition: one partition may go to
+// the source, another to the destination, a third be refused. So a
+// produce's Exchange carries its Parts, one per partition in request
+// order, which filters plan on the request side (the cluster each goes
+// to, an answer without sending, replacement record bytes) and the Handler
+// carries out: it sends what the plan leaves unanswered and merges the
+// plan's answers into the response. What the Handler decides at dispatch
+// (a part it could not send, where it sent the others) it writes into the
+// Parts before Dispatch returns, so a filter reading them when the
+// connection's next request arrives sees it; after dispatch only the
+// response-side fields change.
 //
 // Requests and responses of one connection may be in flight concurrently,
 // but a filter never sees two calls of the same direction at once, so
@@ -141,6 +156,105 @@ type Exchange struct {
 
 	chain *Chain // the chain running the request side, for its goroutine count
 	waker *Waker // the current wait, between Hold and its end
+	parts []Part // a produce's partitions, built by Parts
+}
+
+// Cluster is where a produce partition goes.
+type Cluster uint8
+
+// Clusters.
+const (
+	// Nowhere: the part may not be written now (its topic is MIGRATING,
+	// or bound for the source without a lease), or no filter routed it.
+	// The Handler answers it with a retriable error, never sends it.
+	Nowhere Cluster = iota
+	// Source is the cluster producers are moving from.
+	Source
+	// Destination is the cluster they are moving to.
+	Destination
+)
+
+func (c Cluster) String() string {
+	switch c {
+	case Source:
+		return "source"
+	case Destination:
+		return "destination"
+	}
+	return "nowhere"
+}
+
+// Via is where the Handler sent a part: one broker of one cluster, over
+// one upstream connection. It is the Handler's own value; filters only
+// hand it on and compare it. Its dynamic values MUST be comparable, and
+// equal for parts sent the same way.
+type Via interface {
+	// Cluster is the cluster of the broker.
+	Cluster() Cluster
+	// Dead reports whether the upstream connection is gone: what was
+	// sent on it may or may not have been written.
+	Dead() bool
+}
+
+// Part is one partition of a produce request. The filters write the plan
+// fields in chain order, then the Handler at dispatch; the Handler's
+// answer writes Uncertain, read on the response side.
+type Part struct {
+	Topic     string
+	Partition int32
+	// Records is the client's record batch. It MUST NOT be modified.
+	Records []byte
+
+	// To is the cluster the part goes to.
+	To Cluster
+	// Via, when set on the request side, is where the Handler MUST send
+	// the part: a filter sets it from an earlier part of the same
+	// partition that is still outstanding, so the two reach one broker
+	// over one connection, in order. The Handler sets it, at dispatch, to
+	// where it sent the part.
+	Via Via
+	// Answered says the part is answered without being sent: with Code,
+	// and with Offset when Code is 0 (a batch already written there).
+	Answered bool
+	Code     int16
+	Offset   int64
+	// Send, when set, is sent instead of Records: a buffer from
+	// internal/bufpool, which the Handler puts back once it was written.
+	Send []byte
+
+	// Uncertain says the part went to the source and its outcome is
+	// unknown (no answer within the forward deadline, or its connection
+	// died): the source may have written it.
+	Uncertain bool
+}
+
+// Answer answers the part with code without sending it.
+func (p *Part) Answer(code int16) { p.Answered, p.Code = true, code }
+
+// Parts returns a produce request's partitions in request order (the
+// order of its topics, then of each topic's partitions), built on the
+// first call; nil for other requests. Filters and the Handler share them.
+func (x *Exchange) Parts() []Part {
+	if x.parts != nil {
+		return x.parts
+	}
+	req, ok := x.Req.(*kmsg.ProduceRequest)
+	if !ok {
+		return nil
+	}
+	n := 0
+	for i := range req.Topics {
+		n += len(req.Topics[i].Partitions)
+	}
+	x.parts = make([]Part, 0, n)
+	for i := range req.Topics {
+		t := &req.Topics[i]
+		for j := range t.Partitions {
+			p := &t.Partitions[j]
+			x.parts = append(x.parts, Part{Topic: t.Topic, Partition: p.Partition, Records: p.Records})
+		}
+	}
+	return x.parts
 }
 
 // Answered reports whether the exchange has a response or an error.

@@ -13,8 +13,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/baton-kafka/baton/agent/internal/bufpool"
 	"github.com/baton-kafka/baton/filter"
+	"github.com/baton-kafka/baton/internal/bufpool"
 )
 
 // ReadFrame reads one size-prefixed frame of at most max bytes into a

@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sync/semaphore"
 
-	"github.com/baton-kafka/baton/agent/internal/bufpool"
+	"github.com/baton-kafka/baton/internal/bufpool"
 )
 
 // firstChunk is the most a frame's buffer starts with. It then doubles as

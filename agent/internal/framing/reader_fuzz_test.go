@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-kafka/baton/agent/internal/bufpool"
+	"github.com/baton-kafka/baton/internal/bufpool"
 )
 
 // FuzzFrameReader feeds an arbitrary byte stream to the client framing:

@@ -1,12 +1,12 @@
-package agent
+package route
 
 import (
 	"math"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/baton-kafka/baton/filter"
 	"github.com/baton-kafka/baton/internal/recordbatch"
 )
 
@@ -31,26 +31,24 @@ func TestSeqAfter(t *testing.T) {
 	}
 }
 
-// produceOf is a one-partition produce request holding the header of an
-// idempotent batch of producer 7, epoch 0, at base sequence seq: all the
-// gap bookkeeping reads.
-func produceOf(seq int32) *kmsg.ProduceRequest {
+// header is the header of an idempotent batch of producer 7, epoch 0, at
+// base sequence seq: all the gap bookkeeping reads.
+func header(seq int32) []byte {
 	b := make([]byte, recordbatch.HeaderLen)
 	b[recordbatch.OffMagic] = 2
 	recordbatch.SetProducer(b, recordbatch.Producer{ID: 7, Epoch: 0, BaseSeq: seq})
-	req := kmsg.NewPtrProduceRequest()
-	req.Topics = []kmsg.ProduceRequestTopic{{Topic: "t", Partitions: []kmsg.ProduceRequestTopicPartition{{Partition: 0, Records: b}}}}
-	return req
+	return b
 }
 
 // TestGapBookkeeping follows one partition's gap through the outcomes that
-// open, keep and close it, including a session whose sequence wraps.
+// open, keep and close it, including a session whose sequence wraps, and
+// after any retriable error (not only NOT_LEADER_OR_FOLLOWER).
 func TestGapBookkeeping(t *testing.T) {
 	t.Parallel()
 	retry := kerr.NotLeaderForPartition.Code
 	type step struct {
 		seq     int32
-		refused bool  // answered at dispatch (noteRefused), else on the response side
+		refused bool  // answered at dispatch, else by the broker
 		code    int16 // the answer
 	}
 	cases := []struct {
@@ -60,6 +58,8 @@ func TestGapBookkeeping(t *testing.T) {
 		wantGap bool  // the probe is refused: a gap is open before it
 	}{
 		{"a retriable answer opens a gap", []step{{seq: 10, code: retry}}, 11, true},
+		{"NOT_ENOUGH_REPLICAS opens one", []step{{seq: 10, code: kerr.NotEnoughReplicas.Code}}, 11, true},
+		{"REQUEST_TIMED_OUT opens one", []step{{seq: 10, code: kerr.RequestTimedOut.Code}}, 11, true},
 		{"a refusal at dispatch opens one", []step{{seq: 10, refused: true, code: retry}}, 11, true},
 		{"a later success closes it (finding 9)", []step{{seq: 10, code: retry}, {seq: 11}}, 12, false},
 		{"no refusal at dispatch is no answer", []step{{seq: 10, code: retry}, {seq: 11, refused: true}}, 12, true},
@@ -73,23 +73,15 @@ func TestGapBookkeeping(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			var ps pins
+			var cn conn
+			k := key{"t", 0}
 			for _, s := range c.steps {
-				req := produceOf(s.seq)
-				if s.refused {
-					ps.noteRefused(req, []int16{s.code})
-				} else {
-					ps.noteGaps(req, []kmsg.ProduceResponseTopicPartition{{Partition: 0, ErrorCode: s.code}})
-				}
+				cn.noteOutcome(k, header(s.seq), s.code, !s.refused)
 			}
-			codes := make([]int16, 1)
-			shards := ps.dropAfterGap(produceOf(c.probe), []*shard{{idx: []int{0}}}, codes)
-			refused := codes[0] == retry
-			if refused != c.wantGap {
+			parts := []filter.Part{{Topic: "t", Records: header(c.probe)}}
+			cn.refuseAfterGaps(parts)
+			if refused := parts[0].Answered && parts[0].Code == Retriable; refused != c.wantGap {
 				t.Errorf("batch at %d after %+v: refused = %v, want %v", c.probe, c.steps, refused, c.wantGap)
-			}
-			if refused == (len(shards) == 1) {
-				t.Errorf("refused = %v but %d shards left", refused, len(shards))
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-package agent
+package pidmap
 
 import (
 	"context"
@@ -26,11 +26,25 @@ func (f *fakeAlloc) alloc(context.Context) (int64, int16, error) {
 	return 1000 + f.next.Add(1) - 1, 0, nil
 }
 
+// allocFunc adapts a function to Allocator.
+type allocFunc func(context.Context) (int64, int16, error)
+
+func (f allocFunc) Allocate(ctx context.Context) (int64, int16, error) { return f(ctx) }
+
+func newSessions(max int, idle time.Duration, alloc func(context.Context) (int64, int16, error)) *sessions {
+	return &sessions{max: max, idle: idle, alloc: allocFunc(alloc), now: time.Now, m: map[sessionKey]*session{}}
+}
+
+// batch is a batch of src on partition p of topic "t".
+func batch(src recordbatch.Producer, p int32) Batch {
+	return Batch{Topic: "t", Partition: p, ProducerID: src.ID, Epoch: src.Epoch, Seq: src.BaseSeq, Records: 1}
+}
+
 func TestPIDMapSequences(t *testing.T) {
-	p0, p1 := tp{"t", 0}, tp{"t", 1}
+	p0, p1 := int32(0), int32(1)
 	type step struct {
 		src     recordbatch.Producer
-		p       tp
+		p       int32
 		wantID  int64
 		wantSeq int32
 	}
@@ -76,9 +90,9 @@ func TestPIDMapSequences(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var fa fakeAlloc
-			m := newPIDMap(DefaultProducerIDs, DefaultProducerIDIdle, fa.alloc)
+			m := newSessions(DefaultMaxProducers, DefaultIdle, fa.alloc)
 			for i, s := range tc.steps {
-				got, err := m.destination(context.Background(), s.src, s.p)
+				got, err := m.destination(context.Background(), batch(s.src, s.p))
 				if err != nil {
 					t.Fatalf("step %d: %v", i, err)
 				}
@@ -92,14 +106,14 @@ func TestPIDMapSequences(t *testing.T) {
 
 func TestPIDMapAllocationFailureIsRetried(t *testing.T) {
 	var fa fakeAlloc
-	m := newPIDMap(10, time.Minute, fa.alloc)
+	m := newSessions(10, time.Minute, fa.alloc)
 	fa.fail.Store(true)
 	src := recordbatch.Producer{ID: 7, BaseSeq: 40}
-	if _, err := m.destination(context.Background(), src, tp{"t", 0}); !errors.Is(err, errPIDAlloc) {
-		t.Fatalf("allocation failure: got %v, want errPIDAlloc", err)
+	if _, err := m.destination(context.Background(), batch(src, 0)); !errors.Is(err, ErrAllocate) {
+		t.Fatalf("allocation failure: got %v, want ErrAllocate", err)
 	}
 	fa.fail.Store(false)
-	got, err := m.destination(context.Background(), src, tp{"t", 0})
+	got, err := m.destination(context.Background(), batch(src, 0))
 	if err != nil || got.ID != 1000 || got.BaseSeq != 0 {
 		t.Fatalf("after the destination came back: %+v, %v", got, err)
 	}
@@ -108,7 +122,7 @@ func TestPIDMapAllocationFailureIsRetried(t *testing.T) {
 func TestPIDMapOneAllocationPerProducer(t *testing.T) {
 	var calls atomic.Int64
 	release := make(chan struct{})
-	m := newPIDMap(10, time.Minute, func(context.Context) (int64, int16, error) {
+	m := newSessions(10, time.Minute, func(context.Context) (int64, int16, error) {
 		calls.Add(1)
 		<-release
 		return 42, 3, nil
@@ -118,7 +132,7 @@ func TestPIDMapOneAllocationPerProducer(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			got, err := m.destination(context.Background(), recordbatch.Producer{ID: 7, BaseSeq: int32(i)}, tp{"t", int32(i)})
+			got, err := m.destination(context.Background(), batch(recordbatch.Producer{ID: 7, BaseSeq: int32(i)}, int32(i)))
 			if err != nil || got.ID != 42 || got.Epoch != 3 || got.BaseSeq != 0 {
 				t.Errorf("goroutine %d: %+v, %v", i, got, err)
 			}
@@ -134,11 +148,11 @@ func TestPIDMapOneAllocationPerProducer(t *testing.T) {
 func TestPIDMapBound(t *testing.T) {
 	var fa fakeAlloc
 	now := time.Unix(1e9, 0)
-	m := newPIDMap(3, time.Minute, fa.alloc)
+	m := newSessions(3, time.Minute, fa.alloc)
 	m.now = func() time.Time { return now }
 	use := func(id int64, seq int32) int64 {
 		t.Helper()
-		got, err := m.destination(context.Background(), recordbatch.Producer{ID: id, BaseSeq: seq}, tp{"t", 0})
+		got, err := m.destination(context.Background(), batch(recordbatch.Producer{ID: id, BaseSeq: seq}, 0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -165,5 +179,38 @@ func TestPIDMapBound(t *testing.T) {
 	use(9, 0)
 	if n := m.len(); n != 1 {
 		t.Errorf("%d producers mapped after the others idled out, want 1", n)
+	}
+}
+
+// TestPIDMapRetryBeforeStreamIsRefused: a retry of a batch sent before its
+// mapping was evicted arrives after a later batch opened a fresh mapping:
+// no destination sequence can hold it, so it is refused (the agent answers
+// OUT_OF_ORDER_SEQUENCE_NUMBER), never sent with a sequence wrapped to 2^31.
+func TestPIDMapRetryBeforeStreamIsRefused(t *testing.T) {
+	t.Parallel()
+	var fa fakeAlloc
+	now := time.Unix(1e9, 0)
+	m := newSessions(1, time.Hour, fa.alloc)
+	m.now = func() time.Time { return now }
+	get := func(id int64, seq int32) (recordbatch.Producer, error) {
+		now = now.Add(time.Millisecond)
+		return m.destination(context.Background(), batch(recordbatch.Producer{ID: id, BaseSeq: seq}, 0))
+	}
+	mustGet := func(id int64, seq int32) {
+		t.Helper()
+		if _, err := get(id, seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustGet(7, 0) // A's batch 0..4 goes to D; its answer is lost
+	mustGet(8, 0) // producer B: the map is full, A is evicted
+	mustGet(7, 5) // A's pipelined batch 5: a fresh mapping, its stream starts here
+	if r, err := get(7, 0); !errors.Is(err, ErrBeforeStream) {
+		t.Fatalf("retry of seq 0 after the eviction: %+v, %v; want ErrBeforeStream", r, err)
+	}
+	// Sequences at and after the stream's start, across the int32 wrap,
+	// still map.
+	if r, err := get(7, 10); err != nil || r.BaseSeq != 5 {
+		t.Fatalf("seq 10: %+v, %v; want destination seq 5", r, err)
 	}
 }

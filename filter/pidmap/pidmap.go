@@ -1,0 +1,549 @@
+// Package pidmap owns idempotent producers across the cutover: the filter
+// that writes, for each idempotent batch bound for the destination, the
+// destination producer id and sequence mapped from the client's source
+// ones, and that answers a retry of a batch the source already holds with
+// its offset there instead of writing it twice.
+//
+// An idempotent producer gets its producer id from the source (the agent
+// forwards InitProducerId there), so that PROXY forwarding stays byte for
+// byte. Once its topic is COMPLETE its batches go to the destination,
+// which never allocated that id and has no state for it: a Kafka 4.5+
+// destination refuses a first sequence above 0 on a fresh partition, and
+// the id may collide with one the destination hands out. So the first time
+// a batch of source producer session (id, epoch) goes to the destination,
+// the filter asks the destination for a producer id of its own
+// (Allocator), and from then on that session's batches go there under it,
+// with sequences counted from the first batch sent there, per partition:
+// the destination sees a stream that starts at 0. A retry carries the
+// client's same base sequence, so it maps to the same destination sequence
+// and the destination dedupes it. A new source epoch (the client
+// re-initialised) is a new session: a fresh destination producer, its
+// sequences from 0 again. Transactional batches are not mapped:
+// transactions cannot span the clusters.
+//
+// # Batches the source already holds
+//
+// A batch forwarded to the source and answered retriable because its
+// outcome was unknown (Part.Uncertain: no answer within the forward
+// deadline, the connection lost) may have been written there. Kafka would
+// dedupe the client's retry by its sequence, but a retry after COMPLETE
+// goes to the destination, which has no state for the source session:
+// written again, it is a duplicate of the copy the replicator made. So the
+// filter remembers uncertain batches (on the response side), and when a
+// retry of one is the first batch of its session and partition toward the
+// destination, it asks the Source for it: found, the retry is answered
+// with its offset there (offset parity makes it the same on the
+// destination), as a broker answers a duplicate of one of its last five
+// batches, and the destination stream starts with the next batch.
+//
+// An agent killed with batches outstanding never knew they were
+// uncertain, and its successor knows nothing of them. For those the
+// COMPLETE route carries the replicator's record of the last batches of
+// each idempotent source session it copied (Config.Copied): a first batch
+// toward the destination found there is answered with the copy's offset.
+//
+// The filter MUST come after the route filter (it maps only parts routed
+// to the destination) and before the Handler; it never holds or stops a
+// request. Its state is agent-wide (one producer may use several
+// connections): one Factory per agent.
+package pidmap
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/baton-kafka/baton/filter"
+	"github.com/baton-kafka/baton/internal/bufpool"
+	"github.com/baton-kafka/baton/internal/errprefix"
+	"github.com/baton-kafka/baton/internal/recordbatch"
+	"github.com/baton-kafka/baton/migration"
+)
+
+// Sentinel errors. Every message starts with "pidmap: ".
+var (
+	// ErrBadConfig refuses a Config, naming the field at fault.
+	ErrBadConfig = errors.New("pidmap: bad config")
+	// ErrAllocate wraps a failure to get a producer id from the
+	// destination; the part is answered retriable and the next batch
+	// asks again.
+	ErrAllocate = errors.New("pidmap: no producer id from the destination")
+	// ErrBeforeStream: a batch whose sequence comes before the first one
+	// sent to the destination for its partition under the current
+	// mapping (a retry from before an eviction). No destination sequence
+	// can hold it; it is refused with OUT_OF_ORDER_SEQUENCE_NUMBER, as
+	// the destination would refuse it, instead of being sent there with
+	// a sequence wrapped to about 2^31.
+	ErrBeforeStream = errors.New("pidmap: batch precedes the destination stream of its producer and partition")
+	// ErrNotInSource is what a Source returns (wrapped) when the source
+	// holds no such batch in the part of the log it searched.
+	ErrNotInSource = errors.New("pidmap: batch not found in the source")
+)
+
+const errPrefix = "pidmap: "
+
+// Defaults of the Config fields.
+const (
+	// DefaultMaxProducers bounds the map: about 100 bytes per producer
+	// plus about 50 per partition it wrote to the destination.
+	DefaultMaxProducers = 10000
+	// DefaultIdle is how long a mapping outlives its producer's last
+	// batch: longer than a client keeps retrying one batch (Java's
+	// delivery timeout is 2 minutes, librdkafka's message timeout 5), so
+	// a retry never finds its mapping gone.
+	DefaultIdle = 15 * time.Minute
+	// uncertainMax bounds the uncertain batches remembered: a client
+	// keeps at most five in flight per partition, so this covers
+	// thousands of producers.
+	uncertainMax = 65536
+)
+
+// retriable answers a part the filter could not map: the client resends it.
+var retriable = kerr.NotLeaderForPartition.Code
+
+// Batch is one idempotent record batch: a producer session's base
+// sequence and record count on one partition.
+type Batch struct {
+	Topic      string
+	Partition  int32
+	ProducerID int64
+	Epoch      int16
+	Seq        int32
+	Records    int32
+}
+
+// BatchOf returns the Batch of the first record batch in records; ok is
+// false unless it is idempotent and not transactional.
+func BatchOf(topic string, partition int32, records []byte) (Batch, bool) {
+	p, ok := recordbatch.ReadProducer(records)
+	if !ok || p.ID < 0 || recordbatch.Transactional(records) {
+		return Batch{}, false
+	}
+	return Batch{Topic: topic, Partition: partition, ProducerID: p.ID, Epoch: p.Epoch, Seq: p.BaseSeq,
+		Records: int32(binary.BigEndian.Uint32(records[recordbatch.OffNumRecords:]))}, true
+}
+
+// Copied is the offsets of batches the replicator copied, by batch. A nil
+// *Copied holds none.
+type Copied struct{ offsets map[Batch]int64 }
+
+// NewCopied indexes copied batches; nil when there are none.
+func NewCopied(offsets map[Batch]int64) *Copied {
+	if len(offsets) == 0 {
+		return nil
+	}
+	return &Copied{offsets}
+}
+
+// Offset returns where the copy of b is.
+func (c *Copied) Offset(b Batch) (int64, bool) {
+	if c == nil {
+		return 0, false
+	}
+	off, ok := c.offsets[b]
+	return off, ok
+}
+
+// Len is how many batches c holds.
+func (c *Copied) Len() int {
+	if c == nil {
+		return 0
+	}
+	return len(c.offsets)
+}
+
+// Allocator hands out producer ids on the destination.
+type Allocator interface {
+	// Allocate returns a fresh idempotent producer id and epoch.
+	Allocate(ctx context.Context) (id int64, epoch int16, err error)
+}
+
+// Source finds batches in the source.
+type Source interface {
+	// Find returns the base offset of b in the source, or an error
+	// wrapping ErrNotInSource when it is not there.
+	Find(ctx context.Context, b Batch) (int64, error)
+}
+
+// Config configures the filter.
+type Config struct {
+	// Allocator is required.
+	Allocator Allocator
+	// Source, if set, is searched for a retry of an uncertain batch; nil:
+	// such a retry goes to the destination.
+	Source Source
+	// Copied, if set, returns the batches the replicator copied for a
+	// topic (the COMPLETE route's).
+	Copied func(topic string) *Copied
+	// MaxProducers bounds how many source sessions are mapped at once
+	// (default DefaultMaxProducers). When full, a new session evicts
+	// mappings idle past Idle first, then the least recently used one.
+	// An evicted session that writes again gets a fresh destination
+	// producer id, its stream starting at the batch it sends then; a
+	// retry of a batch sent before is refused with
+	// OUT_OF_ORDER_SEQUENCE_NUMBER, which librdkafka treats as fatal:
+	// size the bound above the producers one agent serves.
+	MaxProducers int
+	// Idle is how long a mapping is kept after its session's last batch
+	// to the destination (default DefaultIdle).
+	Idle time.Duration
+	// Timeout bounds the destination and source requests made for one
+	// produce (default migration.DefaultForwardDeadline).
+	Timeout time.Duration
+	// Log receives the WARNs a user must act on (default: discarded).
+	Log *slog.Logger
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Factory is the filter's agent-wide state, and builds the filter per
+// connection.
+type Factory struct {
+	cfg       Config
+	sessions  sessions
+	uncertain uncertain
+}
+
+var (
+	_ filter.Factory        = (*Factory)(nil)
+	_ filter.RequestFilter  = (*conn)(nil)
+	_ filter.ResponseFilter = (*conn)(nil)
+)
+
+// New returns the filter's factory.
+func New(cfg Config) (*Factory, error) {
+	switch {
+	case cfg.Allocator == nil:
+		return nil, fmt.Errorf("%w: Allocator is required", ErrBadConfig)
+	case cfg.MaxProducers < 0:
+		return nil, fmt.Errorf("%w: MaxProducers %d is negative", ErrBadConfig, cfg.MaxProducers)
+	case cfg.Idle < 0:
+		return nil, fmt.Errorf("%w: Idle %v is negative", ErrBadConfig, cfg.Idle)
+	}
+	if cfg.MaxProducers == 0 {
+		cfg.MaxProducers = DefaultMaxProducers
+	}
+	if cfg.Idle == 0 {
+		cfg.Idle = DefaultIdle
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = migration.DefaultForwardDeadline
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	f := &Factory{cfg: cfg}
+	f.sessions = sessions{max: cfg.MaxProducers, idle: cfg.Idle, alloc: cfg.Allocator, now: cfg.Now, m: map[sessionKey]*session{}}
+	return f, nil
+}
+
+// Name implements filter.Factory.
+func (*Factory) Name() string { return "pidmap" }
+
+// New implements filter.Factory.
+func (f *Factory) New(filter.ConnInfo) any { return &conn{f} }
+
+// Producers is how many source sessions are mapped now.
+func (f *Factory) Producers() int { return f.sessions.len() }
+
+type conn struct{ f *Factory }
+
+// OnRequest maps every idempotent, non-transactional part routed to the
+// destination: answered when the source already holds it, else given
+// destination producer fields in a copy of its bytes (Part.Send). A part
+// that cannot be mapped is answered: retriable when no producer id could
+// be had, OUT_OF_ORDER_SEQUENCE_NUMBER when it precedes its stream.
+func (c *conn) OnRequest(ctx context.Context, x *filter.Exchange) filter.Status {
+	req, ok := x.Req.(*kmsg.ProduceRequest)
+	if !ok || req.TransactionID != nil {
+		return filter.Continue
+	}
+	parts := x.Parts()
+	f := c.f
+	var actx context.Context
+	warned := false // one WARN per request, not per partition
+	for i := range parts {
+		p := &parts[i]
+		if p.To != filter.Destination || p.Answered {
+			continue
+		}
+		b, ok := BatchOf(p.Topic, p.Partition, p.Records)
+		if !ok {
+			continue
+		}
+		n, err := recordbatch.BatchLen(p.Records)
+		if err != nil {
+			continue // the broker refuses it as the client wrote it
+		}
+		if actx == nil {
+			var cancel context.CancelFunc
+			actx, cancel = context.WithTimeout(ctx, f.cfg.Timeout)
+			defer cancel()
+		}
+		if off, ok := f.alreadyWritten(actx, b); ok {
+			p.Answered, p.Code, p.Offset = true, 0, off
+			continue
+		}
+		dst, err := f.sessions.destination(actx, b)
+		switch {
+		case errors.Is(err, ErrBeforeStream):
+			f.cfg.Log.Warn("produce to the destination refused: the batch comes before its producer's stream there (a retry from before the mapping was evicted; raise the agent's producer id bound)",
+				"topic", p.Topic, "partition", p.Partition, "producer_id", b.ProducerID, "err", err)
+			p.Answer(kerr.OutOfOrderSequenceNumber.Code)
+			continue
+		case err != nil:
+			if !warned {
+				f.cfg.Log.Warn("produce to the destination answered retriable: no producer id from the destination; check that it is reachable",
+					"topic", p.Topic, "partition", p.Partition, "producer_id", b.ProducerID, "err", err)
+				warned = true
+			}
+			p.Answer(retriable)
+			continue
+		}
+		out := append(bufpool.Get(len(p.Records))[:0], p.Records...)
+		recordbatch.SetProducer(out[:n], dst)
+		p.Send = out
+	}
+	return filter.Continue
+}
+
+// OnResponse remembers the parts whose outcome at the source is unknown.
+func (c *conn) OnResponse(_ context.Context, x *filter.Exchange) filter.Status {
+	var now time.Time
+	for _, p := range x.Parts() {
+		if !p.Uncertain {
+			continue
+		}
+		if b, ok := BatchOf(p.Topic, p.Partition, p.Records); ok {
+			if now.IsZero() {
+				now = c.f.cfg.Now()
+			}
+			c.f.uncertain.add(b, now)
+		}
+	}
+	return filter.Continue
+}
+
+// alreadyWritten reports whether b, about to start its session's stream
+// toward the destination, is a retry of a source write the replicator
+// copied (the route says so) or of an uncertain one the source holds, and
+// its offset.
+func (f *Factory) alreadyWritten(ctx context.Context, b Batch) (int64, bool) {
+	if f.sessions.started(b) {
+		return 0, false // the destination stream dedupes retries from here on
+	}
+	if f.cfg.Copied != nil {
+		if off, ok := f.cfg.Copied(b.Topic).Offset(b); ok {
+			f.uncertain.take(b)
+			f.cfg.Log.Debug("retry of a source write answered from the replicator's copy", "topic", b.Topic,
+				"partition", b.Partition, "producer_id", b.ProducerID, "sequence", b.Seq, "offset", off)
+			return off, true
+		}
+	}
+	if !f.uncertain.take(b) || f.cfg.Source == nil {
+		return 0, false
+	}
+	off, err := f.cfg.Source.Find(ctx, b)
+	switch {
+	case err == nil:
+		f.cfg.Log.Debug("retry of an uncertain write answered from the source's copy", "topic", b.Topic,
+			"partition", b.Partition, "producer_id", b.ProducerID, "sequence", b.Seq, "offset", off)
+		return off, true
+	case errors.Is(err, ErrNotInSource):
+	default:
+		f.cfg.Log.Warn("could not tell whether the source holds a retried batch; writing it to the destination (it may be a duplicate)",
+			"topic", b.Topic, "partition", b.Partition, "producer_id", b.ProducerID, "sequence", b.Seq, "err", err)
+	}
+	return 0, false
+}
+
+// sessionKey is a source producer session.
+type sessionKey struct {
+	id    int64
+	epoch int16
+}
+
+// partKey is one partition.
+type partKey struct {
+	topic     string
+	partition int32
+}
+
+// sessions maps source producer sessions to destination producer ids.
+type sessions struct {
+	max   int
+	idle  time.Duration
+	alloc Allocator
+	now   func() time.Time
+
+	mu        sync.Mutex
+	m         map[sessionKey]*session
+	lastSweep time.Time
+}
+
+type session struct {
+	ready chan struct{} // closed once dst or err is set
+	dst   sessionKey
+	err   error
+
+	// Under sessions.mu:
+	used time.Time
+	// bases holds, per partition, the client's base sequence of the first
+	// batch sent to the destination: the destination's sequence 0.
+	bases map[partKey]int32
+}
+
+// destination returns the producer fields b carries on the destination,
+// allocating a destination producer id the first time its session is seen.
+func (s *sessions) destination(ctx context.Context, b Batch) (recordbatch.Producer, error) {
+	k := sessionKey{b.ProducerID, b.Epoch}
+	s.mu.Lock()
+	e := s.m[k]
+	if e == nil {
+		e = &session{ready: make(chan struct{}), bases: map[partKey]int32{}}
+		s.makeRoom()
+		s.m[k] = e
+		e.used = s.now()
+		s.mu.Unlock()
+		id, epoch, err := s.alloc.Allocate(ctx)
+		s.mu.Lock()
+		if err != nil {
+			e.err = fmt.Errorf("%w: %w", ErrAllocate, errprefix.Nested(errPrefix, err))
+			if s.m[k] == e {
+				delete(s.m, k) // the next batch asks again
+			}
+		} else {
+			e.dst = sessionKey{id, epoch}
+		}
+		close(e.ready)
+	}
+	s.mu.Unlock()
+	select {
+	case <-e.ready:
+	case <-ctx.Done():
+		return recordbatch.Producer{}, ctx.Err()
+	}
+	if e.err != nil {
+		return recordbatch.Producer{}, e.err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e.used = s.now()
+	p := partKey{b.Topic, b.Partition}
+	base, ok := e.bases[p]
+	if !ok {
+		base = b.Seq
+		e.bases[p] = base
+	}
+	d := recordbatch.SeqDistance(base, b.Seq)
+	if d > math.MaxInt32/2 {
+		// Further ahead than any client runs (5 batches in flight), so
+		// it is behind: the sequence wrapped below the base.
+		return recordbatch.Producer{}, fmt.Errorf("%w: sequence %d, stream starts at %d", ErrBeforeStream, b.Seq, base)
+	}
+	return recordbatch.Producer{ID: e.dst.id, Epoch: e.dst.epoch, BaseSeq: d}, nil
+}
+
+// started reports whether b's session already has a destination stream on
+// b's partition.
+func (s *sessions) started(b Batch) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.m[sessionKey{b.ProducerID, b.Epoch}]
+	if e == nil {
+		return false
+	}
+	_, ok := e.bases[partKey{b.Topic, b.Partition}]
+	return ok
+}
+
+// makeRoom drops idle mappings (at most every idle/4, or when full), then
+// the least recently used ones while the map is full. Allocations still
+// under way are never dropped. Called with mu held, for a new entry: new
+// producers are rare, so an O(n) scan then is cheap.
+func (s *sessions) makeRoom() {
+	now := s.now()
+	full := len(s.m) >= s.max
+	if !full && now.Sub(s.lastSweep) < s.idle/4 {
+		return
+	}
+	s.lastSweep = now
+	for k, e := range s.m {
+		if allocated(e) && now.Sub(e.used) > s.idle {
+			delete(s.m, k)
+		}
+	}
+	for len(s.m) >= s.max {
+		var oldK sessionKey
+		var old *session
+		for k, e := range s.m {
+			if allocated(e) && (old == nil || e.used.Before(old.used)) {
+				oldK, old = k, e
+			}
+		}
+		if old == nil {
+			return // every entry is being allocated; go over the bound briefly
+		}
+		delete(s.m, oldK)
+	}
+}
+
+func allocated(e *session) bool {
+	select {
+	case <-e.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *sessions) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m)
+}
+
+// uncertain is the agent-wide set of uncertain source batches.
+type uncertain struct {
+	mu sync.Mutex
+	m  map[Batch]time.Time
+}
+
+func (u *uncertain) add(b Batch, now time.Time) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.m == nil {
+		u.m = map[Batch]time.Time{}
+	}
+	if len(u.m) >= uncertainMax {
+		var oldK Batch
+		var old time.Time
+		for k, t := range u.m {
+			if old.IsZero() || t.Before(old) {
+				oldK, old = k, t
+			}
+		}
+		delete(u.m, oldK)
+	}
+	u.m[b] = now
+}
+
+// take reports whether b was uncertain, and forgets it.
+func (u *uncertain) take(b Batch) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	_, ok := u.m[b]
+	delete(u.m, b)
+	return ok
+}
