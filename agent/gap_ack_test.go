@@ -14,7 +14,7 @@ import (
 
 // Finding 9 (docs/reliability.md): an idempotent batch k the destination
 // wrote but answered only after the forward deadline (the agent answers it
-// retriable, a gap in pin.go's sense), with batch k+1 pipelined behind it
+// retriable, a gap in filter/route's sense), with batch k+1 pipelined behind it
 // on the same connection and written right after it. k+1's success tells
 // librdkafka that k was written: it reports k's messages delivered
 // ("implicitly acked", at offset -1001) and never resends k, going on with

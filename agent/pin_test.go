@@ -24,7 +24,7 @@ import (
 // connection; the leader moves after the first reached the old leader and
 // before the agent dispatches the second, and the agent learns of the move
 // in between. The second must not be written at the new leader while the
-// first is still outstanding at the old one (see pin.go): directly, both
+// first is still outstanding at the old one (see filter/route): directly, both
 // would have gone to the old leader and failed alike.
 func TestProduceStaysOnBrokerWhileOutstanding(t *testing.T) {
 	t.Parallel()
@@ -173,7 +173,7 @@ func pinTestSeqBatch(value string, pid int64, epoch int16, seq int32) []byte {
 
 // An idempotent producer's batch answered NOT_LEADER_OR_FOLLOWER leaves a
 // gap: its later batches that the client sent before reading that answer
-// must not be written ahead of it (see pin.go); the resend closes the gap.
+// must not be written ahead of it (see filter/route); the resend closes the gap.
 func TestProduceAfterNotLeaderWaitsForTheResend(t *testing.T) {
 	t.Parallel()
 	a, src, _ := startInternalAgent(t, embedded.DefaultBrokers)

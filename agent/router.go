@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -12,6 +15,8 @@ import (
 
 	"github.com/baton-kafka/baton/agent/internal/upstream"
 	"github.com/baton-kafka/baton/filter"
+	"github.com/baton-kafka/baton/internal/bufpool"
+	"github.com/baton-kafka/baton/internal/recordbatch"
 )
 
 // retriable is the error a client gets when the agent cannot vouch for a
@@ -24,8 +29,10 @@ type pendingFunc func(ctx context.Context) error
 func (f pendingFunc) Wait(ctx context.Context) error { return f(ctx) }
 
 // router is the terminal Handler of a connection's chain: it answers what
-// the agent owns (ApiVersions, Metadata, FindCoordinator, DescribeCluster)
-// and forwards the rest to the cluster each topic routes to.
+// the agent owns (ApiVersions, Metadata, FindCoordinator, DescribeCluster:
+// answers.go, versions.go) and forwards the rest to the cluster each topic
+// routes to; a produce's partitions go where the filters planned (produce,
+// below).
 type router struct {
 	a    *Agent
 	slot uint64 // which pooled upstream connection this client uses
@@ -307,117 +314,484 @@ func (r *router) upstreamFor(topic string) *upstream.Cluster {
 	return r.a.src
 }
 
-// --- agent-owned answers ---
+// --- Shards ---
+//
+// Requests addressed to partitions (Produce below; Fetch, ListOffsets,
+// OffsetForLeaderEpoch in reads.go) are split by the cluster each
+// partition goes to and by that cluster's partition leader, sent to every
+// leader at once, and re-assembled in the request's order.
 
-func (r *router) metadata(ctx context.Context, x *filter.Exchange, req *kmsg.MetadataRequest) error {
-	resp := req.ResponseKind().(*kmsg.MetadataResponse)
-	resp.Brokers = []kmsg.MetadataResponseBroker{r.a.selfBroker()}
-	resp.ControllerID = r.a.nodeID
-	all := req.Topics == nil || (req.Version == 0 && len(req.Topics) == 0)
+type tp struct {
+	topic     string
+	partition int32
+}
 
-	// Ask each cluster for the topics that route to it.
-	var srcTopics, dstTopics []string
-	if all {
-		srcTopics = nil
-		if routes, _ := r.a.routes.Snapshot(); len(routes) > 0 {
-			for _, rt := range routes {
-				if rt.Target() == filter.Destination {
-					dstTopics = append(dstTopics, rt.Topic)
-				}
-			}
+// shard is the part of a request one broker serves: indexes into the
+// request's flattened partition list.
+type shard struct {
+	up   *upstream.Cluster
+	addr string
+	idx  []int
+	// conn, when set, is the only upstream connection the shard may go on
+	// (a produce partition's outstanding requests went on it: see
+	// filter/route); nil: any.
+	conn *upstream.Conn
+}
+
+// addTo adds part i to the shard for (up, addr, conn) in shards, or to a
+// new one. A part that may go on any connection joins any shard of its
+// broker; one that must go on conn joins a shard on conn, or one that
+// may go on any (which then goes on conn).
+func addTo(shards []*shard, up *upstream.Cluster, addr string, conn *upstream.Conn, i int) []*shard {
+	for _, s := range shards {
+		if s.up != up || s.addr != addr {
+			continue
 		}
-	} else {
-		srcTopics = []string{}
-		for _, t := range req.Topics {
-			if t.Topic == nil {
-				continue // topic ids are not routed; the client gets no entry
+		if conn == nil || s.conn == conn || s.conn == nil {
+			if conn != nil {
+				s.conn = conn
 			}
-			if r.upstreamFor(*t.Topic) == r.a.dst {
-				dstTopics = append(dstTopics, *t.Topic)
-			} else {
-				srcTopics = append(srcTopics, *t.Topic)
-			}
+			s.idx = append(s.idx, i)
+			return shards
 		}
 	}
-	add := func(up *upstream.Cluster, topics []string, keep func(string) bool) error {
-		if topics != nil && len(topics) == 0 {
-			return nil
-		}
-		md, err := up.Metadata(ctx, topics, req.AllowAutoTopicCreation)
+	return append(shards, &shard{up: up, addr: addr, conn: conn, idx: []int{i}})
+}
+
+// shardByLeader groups parts by the leader of the cluster upFor names for
+// their topic. codes[i] is set, and i left out of every shard, when part i
+// has no leader known.
+func (r *router) shardByLeader(ctx context.Context, parts []tp, upFor func(topic string) *upstream.Cluster) ([]*shard, []int16) {
+	codes := make([]int16, len(parts))
+	var shards []*shard
+	for i, p := range parts {
+		up := upFor(p.topic)
+		addr, err := up.LeaderAddr(ctx, p.topic, p.partition)
 		if err != nil {
-			return err
+			codes[i] = errorCode(err)
+			continue
 		}
-		if resp.ClusterID == nil {
-			resp.ClusterID = md.ClusterID // unless the source's is known, below
-		}
-		for _, t := range md.Topics {
-			if t.Topic == nil || !keep(*t.Topic) {
+		shards = addTo(shards, up, addr, nil, i)
+	}
+	return shards, codes
+}
+
+// errorCode turns an error into the Kafka code a client should see: the
+// broker's own code when there is one, else the retriable error (the agent
+// cannot vouch for the outcome).
+func errorCode(err error) int16 {
+	var ke *kerr.Error
+	if errors.As(err, &ke) {
+		return ke.Code
+	}
+	return retriable
+}
+
+// leaderGone says whether a partition error means our leader cache is stale.
+func leaderGone(code int16) bool {
+	switch code {
+	case kerr.NotLeaderForPartition.Code, kerr.UnknownTopicOrPartition.Code,
+		kerr.LeaderNotAvailable.Code, kerr.FencedLeaderEpoch.Code,
+		kerr.UnknownLeaderEpoch.Code, kerr.NotEnoughReplicas.Code,
+		kerr.KafkaStorageError.Code:
+		return true
+	}
+	return false
+}
+
+// sent is one shard's request on the wire.
+type sent struct {
+	s   *shard
+	cl  *upstream.Call
+	err error
+}
+
+func (r *router) sendShards(ctx context.Context, shards []*shard, key, ver int16, clientID *string, build func(s *shard) kmsg.Request, expect bool) []sent {
+	out := make([]sent, len(shards))
+	for i, s := range shards {
+		req := build(s)
+		if pr, ok := req.(*kmsg.ProduceRequest); ok {
+			if segs, ok := produceSegments(pr, make([]byte, 0, 256)); ok {
+				cl, err := s.up.SendvOn(ctx, s.addr, r.slot, s.conn, key, ver, clientID, segs, expect)
+				out[i] = sent{s: s, cl: cl, err: err}
 				continue
 			}
-			t.Partitions = r.a.rewritePartitions(up, *t.Topic, t.Partitions)
-			if t.TopicID != ([16]byte{}) {
-				t.TopicID = topicID(*t.Topic)
+			body := req.AppendTo(bufpool.Get(encodedSizeHint(req))[:0])
+			cl, err := s.up.SendvOn(ctx, s.addr, r.slot, s.conn, key, ver, clientID, [][]byte{body}, expect)
+			bufpool.Put(body) // written or failed: not kept
+			out[i] = sent{s: s, cl: cl, err: err}
+			continue
+		}
+		body := req.AppendTo(bufpool.Get(encodedSizeHint(req))[:0])
+		cl, err := r.sendUp(ctx, s.up, s.addr, key, ver, clientID, body, expect)
+		bufpool.Put(body) // send wrote it
+		out[i] = sent{s: s, cl: cl, err: err}
+	}
+	return out
+}
+
+// encodedSizeHint guesses a request's encoded size so that encoding it does
+// not grow the buffer: record bytes dominate produce requests.
+func encodedSizeHint(req kmsg.Request) int {
+	n := 256
+	if pr, ok := req.(*kmsg.ProduceRequest); ok {
+		for _, t := range pr.Topics {
+			n += len(t.Topic) + 16
+			for _, p := range t.Partitions {
+				n += len(p.Records) + 16
 			}
-			resp.Topics = append(resp.Topics, t)
-		}
-		return nil
-	}
-	srcKeep := func(t string) bool { return !all || r.upstreamFor(t) == r.a.src }
-	if err := add(r.a.src, srcTopics, srcKeep); err != nil {
-		return err
-	}
-	// The destination only for the topics that route there: asked for
-	// none (nil), it would answer all of its topics.
-	if len(dstTopics) > 0 {
-		if err := add(r.a.dst, dstTopics, func(string) bool { return true }); err != nil {
-			return err
 		}
 	}
-	// One cluster id whichever cluster answered: through the agent a
-	// client sees one cluster, and librdkafka warns when its id changes.
-	if id := r.a.src.ClusterID(); id != nil {
-		resp.ClusterID = id
+	return n
+}
+
+// collect waits for each shard's answer and decodes it as resp kind. A
+// produce waits up to the forward deadline from when it was written
+// upstream (not from when the client's request arrived: it may have been
+// held, or waited for a lease), each shard on its own.
+//
+// A produce past its deadline is answered retriable (invariant 5) and left
+// on its connection: its answer may still come, and is then read and
+// dropped in order. Killing the connection instead would fail every
+// request pipelined behind it, from every client sharing it, and each
+// would resend at once and meet the same slow broker (a retry storm). The
+// connection still dies if its oldest request goes unanswered for the
+// stall timeout (see upstream.Conn); until the call settles the source may
+// still write it, so settleInflight keeps it counted.
+func (r *router) collect(ctx context.Context, ss []sent, key, ver int16, kind func() kmsg.Response, each func(s *shard, resp kmsg.Response, err error)) {
+	for _, x := range ss {
+		if x.err != nil {
+			each(x.s, nil, x.err)
+			continue
+		}
+		body, err := r.waitCall(ctx, x.cl, key)
+		r.a.observeUpstream(x.s.up.Name(), key, time.Since(x.cl.Start()), err)
+		if err != nil {
+			each(x.s, nil, err)
+			continue
+		}
+		resp := kind()
+		resp.SetVersion(ver)
+		if err := resp.ReadFrom(body); err != nil {
+			each(x.s, nil, fmt.Errorf("decoding %s response from %s: %w", kmsg.NameForKey(key), x.s.addr, err))
+			continue
+		}
+		each(x.s, resp, nil)
 	}
-	x.Resp = resp
+}
+
+// waitCall waits for cl's answer; for a produce, at most until the forward
+// deadline after cl was written.
+func (r *router) waitCall(ctx context.Context, cl *upstream.Call, key int16) ([]byte, error) {
+	if key != 0 {
+		return cl.Wait(ctx)
+	}
+	ctx, cancel := context.WithDeadline(ctx, cl.Start().Add(r.a.forwardDeadline(nil)))
+	defer cancel()
+	body, err := cl.Wait(ctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = fmt.Errorf("%w: %s: %w", errForwardDeadline, cl.Conn().Addr(), err)
+	}
+	return body, err
+}
+
+// --- Produce ---
+
+// via is where the router sent a produce part (filter.Via): the route
+// filter sends the partition's next request the same way while this one is
+// outstanding.
+type via struct {
+	to   filter.Cluster
+	addr string
+	conn *upstream.Conn
+}
+
+var _ filter.Via = via{}
+
+func (v via) Cluster() filter.Cluster { return v.to }
+func (v via) Dead() bool              { return v.conn.Dead() }
+
+// cluster is the upstream of a route target; nil for filter.Nowhere.
+func (r *router) cluster(c filter.Cluster) *upstream.Cluster {
+	switch c {
+	case filter.Source:
+		return r.a.src
+	case filter.Destination:
+		return r.a.dst
+	}
 	return nil
 }
 
-func (r *router) findCoordinator(ctx context.Context, x *filter.Exchange, req *kmsg.FindCoordinatorRequest) error {
-	resp := req.ResponseKind().(*kmsg.FindCoordinatorResponse)
-	self := r.a.selfBroker()
-	answer := func(key string) (int16, *string) {
-		if _, err := r.a.src.CoordinatorAddr(ctx, req.CoordinatorType, key, true); err != nil {
-			var ke *kerr.Error
-			if errors.As(err, &ke) {
-				return ke.Code, nil
-			}
-			msg := err.Error()
-			return kerr.CoordinatorNotAvailable.Code, &msg
+// produce sends a produce's parts where the filters planned (Exchange.Parts:
+// filter/route chose each part's cluster, and the connection a part must
+// follow; filter/pidmap rewrote or answered idempotent parts bound for the
+// destination), each to its partition's leader, and answers the parts the
+// plan answered, or that cannot be sent, without sending them.
+func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.ProduceRequest) filter.Pending {
+	parts := x.Parts()
+	// The topics the route filter counted in flight: those with a part
+	// bound for the source. They count until the source can no longer
+	// write what was sent (settleInflight), or at once if nothing was.
+	var srcTopics []string
+	for i := range parts {
+		if parts[i].To == filter.Source && !slices.Contains(srcTopics, parts[i].Topic) {
+			srcTopics = append(srcTopics, parts[i].Topic)
 		}
-		return 0, nil
 	}
-	if req.Version < 4 {
-		code, msg := answer(req.CoordinatorKey)
-		resp.ErrorCode, resp.ErrorMessage = code, msg
-		if code == 0 {
-			resp.NodeID, resp.Host, resp.Port = self.NodeID, self.Host, self.Port
-		} else {
-			resp.NodeID = -1
+	fwd := r.a.forwardDeadline(srcTopics)
+	shards := r.produceShards(ctx, parts)
+	// Looking up leaders may have taken a while: the lease must still hold
+	// when the bytes leave (the control plane counts a silent agent safe
+	// from its lease's end plus F, and F starts at the send).
+	if len(srcTopics) > 0 && !r.a.leaseValid() {
+		shards = dropSource(shards, r.a.src, parts)
+	}
+
+	expect := req.Acks != 0
+	var ss []sent
+	if len(shards) == 1 && len(shards[0].idx) == len(parts) && !anySend(parts) {
+		// One leader serves the whole request: forward the client's bytes.
+		s := shards[0]
+		cl, err := s.up.SendvOn(ctx, s.addr, r.slot, s.conn, 0, req.Version, x.Header.ClientID, [][]byte{x.RawReq}, expect)
+		ss = []sent{{s: s, cl: cl, err: err}}
+	} else {
+		ss = r.sendShards(ctx, shards, 0, req.Version, x.Header.ClientID, func(s *shard) kmsg.Request {
+			return subProduce(req, parts, s.idx)
+		}, expect)
+	}
+	for i := range parts {
+		if parts[i].Send != nil {
+			bufpool.Put(parts[i].Send) // written, or never will be
+			parts[i].Send = nil
+		}
+	}
+	if expect {
+		// Where each part went, and what never left, before the
+		// connection's next request is dispatched: the route filter folds
+		// it in then (its pins and gaps).
+		for _, s := range ss {
+			switch {
+			case s.err == nil:
+				v := via{to: filter.Destination, addr: s.s.addr, conn: s.cl.Conn()}
+				if s.s.up == r.a.src {
+					v.to = filter.Source
+				}
+				for _, i := range s.s.idx {
+					parts[i].Via = v
+				}
+			case errors.Is(s.err, upstream.ErrNotSent):
+				for _, i := range s.s.idx {
+					parts[i].Answer(retriable)
+				}
+			}
+		}
+	}
+	// What went to the source stays counted until it is answered (or can
+	// no longer be written); what was not sent stops counting now.
+	sentTopics := r.a.forwardedTopics(ss, parts)
+	r.a.sourceUnsent(srcTopics, sentTopics)
+	srcTopics = sentTopics
+	if !expect {
+		// Written just now, never answered: the source may write it
+		// until a forward deadline from now.
+		r.a.inflight.done(srcTopics, false, time.Now(), fwd)
+		x.NoResponse = true
+		for _, s := range ss {
+			if s.err != nil {
+				return filter.Done{Err: s.err}
+			}
+		}
+		return filter.Done{}
+	}
+
+	return pendingFunc(func(ctx context.Context) error {
+		results := make([]kmsg.ProduceResponseTopicPartition, len(parts))
+		for i := range results {
+			results[i] = kmsg.NewProduceResponseTopicPartition()
+			results[i].Partition = parts[i].Partition
+			if parts[i].Answered {
+				results[i].ErrorCode = parts[i].Code
+				if parts[i].Code == 0 {
+					results[i].BaseOffset = parts[i].Offset // already written (filter/pidmap)
+				}
+			}
+		}
+		var throttle int32
+		hinted := false // a KIP-951 hint names the agent: send its endpoint
+		defer r.a.settleInflight(srcTopics, ss)
+		r.collect(ctx, ss, 0, req.Version, func() kmsg.Response { return kmsg.NewPtrProduceResponse() },
+			func(s *shard, resp kmsg.Response, err error) {
+				if err != nil {
+					// Uncertain: it may have been written. Retriable, never success.
+					r.a.log.Debug("produce forward failed", "cluster", s.up.Name(), "broker", s.addr, "err", err)
+					for _, i := range s.idx {
+						results[i].ErrorCode = retriable
+						if s.up == r.a.src && !errors.Is(err, upstream.ErrNotSent) {
+							parts[i].Uncertain = true // see filter/pidmap
+						}
+					}
+					return
+				}
+				pr := resp.(*kmsg.ProduceResponse)
+				throttle = max(throttle, pr.ThrottleMillis)
+				got := map[tp]*kmsg.ProduceResponseTopicPartition{}
+				for ti := range pr.Topics {
+					for pi := range pr.Topics[ti].Partitions {
+						p := &pr.Topics[ti].Partitions[pi]
+						got[tp{pr.Topics[ti].Topic, p.Partition}] = p
+					}
+				}
+				for _, i := range s.idx {
+					part := tp{parts[i].Topic, parts[i].Partition}
+					p, ok := got[part]
+					if !ok {
+						results[i].ErrorCode = retriable
+						continue
+					}
+					out := &results[i]
+					out.ErrorCode, out.BaseOffset, out.LogAppendTime, out.LogStartOffset = p.ErrorCode, p.BaseOffset, p.LogAppendTime, p.LogStartOffset
+					if s.up == r.a.src && p.ErrorCode == 0 && p.BaseOffset >= 0 {
+						if n, ok := recordbatch.OffsetSpan(parts[i].Records); ok {
+							r.a.acked.note(part.topic, part.partition, p.BaseOffset+n)
+						}
+					}
+					out.ErrorRecords, out.ErrorMessage = p.ErrorRecords, p.ErrorMessage
+					if leaderGone(p.ErrorCode) {
+						if r.relayLeaderHint(s.up, pr, p, part, out) {
+							hinted = true
+						} else {
+							s.up.ForgetLeader(part.topic)
+						}
+					}
+				}
+			})
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		resp.ThrottleMillis = throttle
+		if hinted {
+			self := r.a.selfBroker()
+			resp.Brokers = []kmsg.ProduceResponseBroker{{NodeID: self.NodeID, Host: self.Host, Port: self.Port}}
+		}
+		i := 0
+		for _, t := range req.Topics {
+			rt := kmsg.NewProduceResponseTopic()
+			rt.Topic = t.Topic
+			rt.Partitions = results[i : i+len(t.Partitions)]
+			i += len(t.Partitions)
+			resp.Topics = append(resp.Topics, rt)
 		}
 		x.Resp = resp
+		r.a.countProduce(resp)
 		return nil
-	}
-	for _, key := range req.CoordinatorKeys {
-		c := kmsg.NewFindCoordinatorResponseCoordinator()
-		c.Key = key
-		c.ErrorCode, c.ErrorMessage = answer(key)
-		if c.ErrorCode == 0 {
-			c.NodeID, c.Host, c.Port = self.NodeID, self.Host, self.Port
-		} else {
-			c.NodeID = -1
+	})
+}
+
+// produceShards groups the parts the plan leaves unanswered by the broker
+// each goes to: the one its Via names (the connection its partition's
+// outstanding requests went on), else its cluster's partition leader. A
+// part with no cluster, or no leader known, is answered here.
+func (r *router) produceShards(ctx context.Context, parts []filter.Part) []*shard {
+	var shards []*shard
+	for i := range parts {
+		p := &parts[i]
+		if p.Answered {
+			continue
 		}
-		resp.Coordinators = append(resp.Coordinators, c)
+		up := r.cluster(p.To)
+		if up == nil {
+			p.Answer(retriable)
+			continue
+		}
+		if v, ok := p.Via.(via); ok && v.to == p.To {
+			shards = addTo(shards, up, v.addr, v.conn, i)
+			continue
+		}
+		addr, err := up.LeaderAddr(ctx, p.Topic, p.Partition)
+		if err != nil {
+			p.Answer(errorCode(err))
+			continue
+		}
+		shards = addTo(shards, up, addr, nil, i)
 	}
-	x.Resp = resp
-	return nil
+	return shards
+}
+
+// dropSource takes the shards bound for src out of shards, and answers
+// their parts with the retriable error: nothing of them was sent.
+func dropSource(shards []*shard, src *upstream.Cluster, parts []filter.Part) []*shard {
+	kept := shards[:0]
+	for _, s := range shards {
+		if s.up != src {
+			kept = append(kept, s)
+			continue
+		}
+		for _, i := range s.idx {
+			parts[i].Answer(retriable)
+		}
+	}
+	return kept
+}
+
+// anySend reports whether a part goes upstream with bytes of the plan's
+// instead of the client's.
+func anySend(parts []filter.Part) bool {
+	for i := range parts {
+		if parts[i].Send != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// subProduce is the part of req that one shard serves (the parts idx, in
+// the request's order), with the plan's bytes where it has them.
+func subProduce(req *kmsg.ProduceRequest, parts []filter.Part, idx []int) *kmsg.ProduceRequest {
+	sub := kmsg.NewPtrProduceRequest()
+	sub.Version, sub.TransactionID, sub.Acks, sub.TimeoutMillis = req.Version, req.TransactionID, req.Acks, req.TimeoutMillis
+	flat, next := 0, 0
+	for _, t := range req.Topics {
+		var st *kmsg.ProduceRequestTopic
+		for _, p := range t.Partitions {
+			if next < len(idx) && idx[next] == flat {
+				next++
+				if b := parts[flat].Send; b != nil {
+					p.Records = b
+				}
+				if st == nil {
+					sub.Topics = append(sub.Topics, kmsg.ProduceRequestTopic{Topic: t.Topic})
+					st = &sub.Topics[len(sub.Topics)-1]
+				}
+				st.Partitions = append(st.Partitions, p)
+			}
+			flat++
+		}
+	}
+	return sub
+}
+
+// relayLeaderHint turns a broker's KIP-951 hint (NOT_LEADER_OR_FOLLOWER
+// naming the new leader and its epoch) into one the client can follow: the
+// agent stays the leader, at a synthetic epoch bumped for the new upstream
+// leader, and the agent routes the partition to that leader from now on.
+// Without a hint franz-go waits for its metadata minimum age (5 s) before
+// it retries; with one it retries at once (Java and librdkafka follow hints
+// too). A hint naming a real broker would send the client around the agent,
+// so none is relayed when the upstream gave none: the client then refreshes
+// metadata as it would directly. It reports whether out got a hint.
+func (r *router) relayLeaderHint(up *upstream.Cluster, pr *kmsg.ProduceResponse, p *kmsg.ProduceResponseTopicPartition, part tp, out *kmsg.ProduceResponseTopicPartition) bool {
+	h := p.CurrentLeader
+	if p.ErrorCode != kerr.NotLeaderForPartition.Code || h.LeaderID < 0 || h.LeaderEpoch < 0 {
+		return false
+	}
+	addr := ""
+	for _, b := range pr.Brokers {
+		if b.NodeID == h.LeaderID {
+			addr = net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port)))
+		}
+	}
+	if !up.MoveLeader(part.topic, part.partition, h.LeaderID, addr) {
+		return false
+	}
+	out.CurrentLeader.LeaderID = r.a.nodeID
+	out.CurrentLeader.LeaderEpoch = r.a.epochs.get(up, part.topic, part.partition, h.LeaderID, h.LeaderEpoch)
+	return true
 }

@@ -616,7 +616,7 @@ func (p *simPod) produce(stop <-chan struct{}, rng *rand.Rand) {
 }
 
 // send is one produce of record id through agent a, as produce() in
-// partitioned.go does it: the agent's filter chain holds the request
+// router.go does it: the agent's filter chain holds the request
 // (filter/hold), then decides where it goes (filter/route, which counts a
 // source-bound write in flight), the in-flight count runs until the source
 // answered or F passed, an unanswered write is retriable.

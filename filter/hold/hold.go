@@ -4,12 +4,12 @@
 // holds no lease), and lets it on as soon as every topic can be written,
 // or once the topic's hold max has passed since the request arrived.
 //
-// The filter only decides when a produce goes on, never where: the Handler
-// looks every topic's route up again when it sends, and answers what still
-// cannot be written with a retriable error. So a produce that waited while
-// its topic moved from MIGRATING to COMPLETE goes to the destination, and
-// one that waited in vain gets the same retriable answer as one that came
-// a moment too late.
+// The filter only decides when a produce goes on, never where: the route
+// filter after it (filter/route) looks every topic's route up again then,
+// and answers what still cannot be written with a retriable error. So a
+// produce that waited while its topic moved from MIGRATING to COMPLETE
+// goes to the destination, and one that waited in vain gets the same
+// retriable answer as one that came a moment too late.
 //
 // It holds with the filter package's Waker: a held produce holds the
 // requests behind it on its connection, so no later batch of a partition
@@ -100,7 +100,7 @@ func (h *holder) OnRequest(_ context.Context, x *filter.Exchange) filter.Status 
 	changed := h.cfg.Topics.Changed()
 	deadline, waits := h.deadline(x, req) // again, after taking the channels
 	if !waits || !time.Now().Before(deadline) {
-		return filter.Continue // the Handler answers what still cannot go
+		return filter.Continue // route answers what still cannot go
 	}
 	w := x.Hold()
 	w.WakeAt(deadline)

@@ -231,7 +231,7 @@ func (u *Cluster) sendv(ctx context.Context, addr string, idx uint64, key, ver i
 // writes once, on want only. If want died or the pool moved on from it,
 // the request is not sent (ErrNotSent): on a fresh connection it could
 // overtake requests in doubt on want. A caller that keeps a partition's
-// requests in order (the agent's in-doubt connection rule, agent/pin.go)
+// requests in order (the agent's in-doubt connection rule, filter/route)
 // MUST pass the connection its outstanding requests went on (Call.Conn),
 // with the slot they were sent with.
 func (u *Cluster) SendvOn(ctx context.Context, addr string, slot uint64, want *Conn, key, ver int16, clientID *string, segs [][]byte, expect bool) (*Call, error) {
