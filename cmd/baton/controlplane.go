@@ -99,11 +99,8 @@ alter ACLs.`,
 				return err
 			}
 			defer dcl.Close()
-			if replPrincipal == "" {
-				replPrincipal = destSASL.principal()
-			}
-			if replPrincipal == "" {
-				replPrincipal = "User:ANONYMOUS" // what Kafka calls a client without SASL or TLS client auth
+			if replPrincipal, err = replicatorPrincipal(ctx, replPrincipal, writeGuard, &destSASL); err != nil {
+				return err
 			}
 			guard, err := pickGuard(ctx, writeGuard, kadm.NewClient(dcl), replPrincipal)
 			if err != nil {
@@ -169,7 +166,7 @@ alter ACLs.`,
 	f.BoolVar(&apiInsecure, "api-insecure", false, "serve the HTTP API without tokens on an address other than loopback")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&writeGuard, "write-guard", "auto", "destination write guard: auto (ACLs if the destination has an authorizer), acl or none")
-	f.StringVar(&replPrincipal, "replicator-principal", "", `the replicator's principal on the destination, exempt from the guard (default: User:<--destination-sasl-user>, or User:ANONYMOUS without SASL)`)
+	f.StringVar(&replPrincipal, "replicator-principal", "", `the replicator's principal on the destination, exempt from the guard (default: User:<--destination-sasl-user>, with OAUTHBEARER User:<the token's sub claim>, or User:ANONYMOUS without SASL)`)
 	srcSASL.add(f, "source")
 	destSASL.add(f, "destination")
 	markAddrs(f, addrDial, "source", "destination")
@@ -178,6 +175,25 @@ alter ACLs.`,
 	_ = cmd.MarkFlagRequired("source")
 	_ = cmd.MarkFlagRequired("destination")
 	return cmd
+}
+
+// replicatorPrincipal is the replicator's principal on the destination:
+// --replicator-principal (flag) if given, else the one the --destination-sasl
+// flags authenticate as, else User:ANONYMOUS. An OAUTHBEARER token that
+// names none (not a JWT, no sub claim) or cannot be had fails the start
+// unless the guard, the principal's one user, is off.
+func replicatorPrincipal(ctx context.Context, flag, writeGuard string, dest *securityFlags) (string, error) {
+	if flag != "" {
+		return flag, nil
+	}
+	p, err := dest.principal(ctx)
+	if err != nil && writeGuard != "none" {
+		return "", fmt.Errorf("--replicator-principal: none given, and %w; name the principal the destination gives the replicator, or run with --write-guard=none", err)
+	}
+	if p == "" {
+		p = "User:ANONYMOUS" // what Kafka calls a client without SASL or TLS client auth
+	}
+	return p, nil
 }
 
 // pickGuard returns the write guard --write-guard names.

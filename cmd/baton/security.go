@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"strings"
 
@@ -13,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/baton-kafka/baton/agent"
+	"github.com/baton-kafka/baton/internal/oauthbearer"
 )
 
 // securityFlags are one cluster's TLS and SASL flags:
@@ -26,9 +30,25 @@ import (
 //     from --<side>-sasl-password-file (its contents, one trailing newline
 //     dropped) or else $BATON_<SIDE>_SASL_PASSWORD: never from a flag, which
 //     ps shows. No mechanism (the default) means no SASL.
+//   - --<side>-sasl-mechanism OAUTHBEARER takes no user or password but one
+//     token source: --<side>-sasl-oauth-token-file (read again at every
+//     authentication, so a rotated token is used without a restart), or
+//     --<side>-sasl-oauth-token-endpoint with --<side>-sasl-oauth-client-id,
+//     the client secret from --<side>-sasl-oauth-client-secret-file or else
+//     $BATON_<SIDE>_SASL_OAUTH_CLIENT_SECRET, and optionally
+//     --<side>-sasl-oauth-scope (the client-credentials grant).
 type securityFlags struct {
 	tlsFlags
 	mechanism, user, passFile string
+	oauthFlags
+}
+
+// oauthFlags are one cluster's OAUTHBEARER token source flags.
+type oauthFlags struct {
+	tokenFile, endpoint, clientID, secretFile, scope string
+	// src is made once, so that every client of the cluster and the
+	// principal share one client-credentials token cache.
+	src oauthbearer.Source
 }
 
 // tlsFlags are the TLS flags of one connection (a cluster, the control
@@ -61,21 +81,48 @@ type stringFlags interface {
 // add registers the flags of side ("source" or "destination") on f.
 func (s *securityFlags) add(f stringFlags, side string) {
 	s.side = side
-	f.StringVar(&s.mechanism, side+"-sasl-mechanism", "", "SASL mechanism for the "+side+" cluster: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (empty: no SASL)")
+	f.StringVar(&s.mechanism, side+"-sasl-mechanism", "", "SASL mechanism for the "+side+" cluster: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER (empty: no SASL)")
 	f.StringVar(&s.user, side+"-sasl-user", "", "SASL user for the "+side+" cluster")
 	f.StringVar(&s.passFile, side+"-sasl-password-file", "", "file holding the SASL password for the "+side+" cluster (default: $"+s.envVar()+")")
+	f.StringVar(&s.tokenFile, side+"-sasl-oauth-token-file", "", "OAUTHBEARER: file holding the bearer token for the "+side+" cluster, read again at every authentication (a rotated token is used without a restart)")
+	f.StringVar(&s.endpoint, side+"-sasl-oauth-token-endpoint", "", "OAUTHBEARER: OAuth 2.0 token endpoint URL giving the "+side+" cluster's tokens by the client-credentials grant (instead of --"+side+"-sasl-oauth-token-file)")
+	f.StringVar(&s.clientID, side+"-sasl-oauth-client-id", "", "OAUTHBEARER: client id at --"+side+"-sasl-oauth-token-endpoint")
+	f.StringVar(&s.secretFile, side+"-sasl-oauth-client-secret-file", "", "OAUTHBEARER: file holding the client secret for --"+side+"-sasl-oauth-token-endpoint (default: $"+s.secretEnvVar()+")")
+	f.StringVar(&s.scope, side+"-sasl-oauth-scope", "", "OAUTHBEARER: scope to ask --"+side+"-sasl-oauth-token-endpoint for, space-separated (default: the endpoint's)")
 	s.tlsFlags.add(f, side, "the "+side+" brokers")
 }
 
 func (s *securityFlags) envVar() string { return "BATON_" + strings.ToUpper(s.side) + "_SASL_PASSWORD" }
 
-// principal is the Kafka principal the flags authenticate as, User:<user>,
-// or "" without SASL.
-func (s *securityFlags) principal() string {
-	if s.mechanism == "" || s.user == "" {
-		return ""
+func (s *securityFlags) secretEnvVar() string {
+	return "BATON_" + strings.ToUpper(s.side) + "_SASL_OAUTH_CLIENT_SECRET"
+}
+
+// principal is the Kafka principal the flags authenticate as: User:<user>,
+// or with OAUTHBEARER User:<the token's sub claim> (what Kafka's own
+// validators name the client; the token is read or fetched for it), or ""
+// without SASL. An OAUTHBEARER token that is not a JWT with a sub claim is
+// an error: its principal is the broker's to say.
+func (s *securityFlags) principal(ctx context.Context) (string, error) {
+	if strings.ToUpper(s.mechanism) != oauthMechanism {
+		if s.mechanism == "" || s.user == "" {
+			return "", nil
+		}
+		return "User:" + s.user, nil
 	}
-	return "User:" + s.user
+	src, err := s.oauthSource()
+	if err != nil {
+		return "", err
+	}
+	tok, err := src.Token(ctx)
+	if err != nil {
+		return "", fmt.Errorf("the --%s-sasl-oauth-* token: %w", s.side, err)
+	}
+	sub, err := oauthbearer.Subject(tok)
+	if err != nil {
+		return "", fmt.Errorf("the --%s-sasl-oauth-* token names no principal: %w", s.side, err)
+	}
+	return "User:" + sub, nil
 }
 
 // opts returns the franz-go options the flags ask for (none by default).
@@ -147,13 +194,38 @@ func (s *securityFlags) password() (string, error) {
 	return strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r"), nil
 }
 
+// oauthMechanism is the SASL mechanism name of OAuth 2.0 bearer tokens.
+const oauthMechanism = "OAUTHBEARER"
+
 // saslMechanism returns the SASL mechanism (nil without one).
 func (s *securityFlags) saslMechanism() (sasl.Mechanism, error) {
+	if strings.ToUpper(s.mechanism) == oauthMechanism {
+		src, err := s.oauthSource()
+		if err != nil {
+			return nil, err
+		}
+		return oauthbearer.Mechanism(src), nil
+	}
+	if name := s.oauthFlagSet(); name != "" {
+		return nil, fmt.Errorf("--%s-sasl-%s needs --%s-sasl-mechanism OAUTHBEARER", s.side, name, s.side)
+	}
 	if s.mechanism == "" {
 		if s.user != "" || s.passFile != "" {
 			return nil, fmt.Errorf("--%s-sasl-user and --%s-sasl-password-file need --%s-sasl-mechanism", s.side, s.side, s.side)
 		}
 		return nil, nil
+	}
+	// The name first: an unknown one is not a missing password.
+	var mech func(user, pass string) sasl.Mechanism
+	switch strings.ToUpper(s.mechanism) {
+	case "PLAIN":
+		mech = func(u, p string) sasl.Mechanism { return plain.Auth{User: u, Pass: p}.AsMechanism() }
+	case "SCRAM-SHA-256":
+		mech = func(u, p string) sasl.Mechanism { return scram.Auth{User: u, Pass: p}.AsSha256Mechanism() }
+	case "SCRAM-SHA-512":
+		mech = func(u, p string) sasl.Mechanism { return scram.Auth{User: u, Pass: p}.AsSha512Mechanism() }
+	default:
+		return nil, fmt.Errorf("--%s-sasl-mechanism: %q is not PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER", s.side, s.mechanism)
 	}
 	if s.user == "" {
 		return nil, fmt.Errorf("--%s-sasl-mechanism %s needs --%s-sasl-user", s.side, s.mechanism, s.side)
@@ -166,15 +238,95 @@ func (s *securityFlags) saslMechanism() (sasl.Mechanism, error) {
 		// Caught here, not as an authentication failure on every broker.
 		return nil, fmt.Errorf("--%s-sasl-mechanism %s needs a password: --%s-sasl-password-file or $%s", s.side, s.mechanism, s.side, s.envVar())
 	}
-	switch strings.ToUpper(s.mechanism) {
-	case "PLAIN":
-		return plain.Auth{User: s.user, Pass: pass}.AsMechanism(), nil
-	case "SCRAM-SHA-256":
-		return scram.Auth{User: s.user, Pass: pass}.AsSha256Mechanism(), nil
-	case "SCRAM-SHA-512":
-		return scram.Auth{User: s.user, Pass: pass}.AsSha512Mechanism(), nil
+	return mech(s.user, pass), nil
+}
+
+// oauthFlagSet names the first OAUTHBEARER flag given ("oauth-token-file"),
+// or is "".
+func (s *securityFlags) oauthFlagSet() string {
+	for _, f := range []struct{ name, value string }{
+		{"oauth-token-file", s.tokenFile}, {"oauth-token-endpoint", s.endpoint}, {"oauth-client-id", s.clientID},
+		{"oauth-client-secret-file", s.secretFile}, {"oauth-scope", s.scope},
+	} {
+		if f.value != "" {
+			return f.name
+		}
 	}
-	return nil, fmt.Errorf("--%s-sasl-mechanism: %q is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", s.side, s.mechanism)
+	return ""
+}
+
+// oauthSource checks the OAUTHBEARER flags and returns their token source,
+// made on the first call.
+func (s *securityFlags) oauthSource() (oauthbearer.Source, error) {
+	if s.src != nil {
+		return s.src, nil
+	}
+	p := "--" + s.side + "-sasl-"
+	switch {
+	case s.user != "" || s.passFile != "":
+		return nil, fmt.Errorf("%suser and %spassword-file are not used with OAUTHBEARER, whose token names the principal", p, p)
+	case s.tokenFile != "" && s.endpoint != "":
+		return nil, fmt.Errorf("%soauth-token-file and %soauth-token-endpoint are two token sources: give one", p, p)
+	case s.tokenFile != "":
+		if s.clientID != "" || s.secretFile != "" || s.scope != "" {
+			return nil, fmt.Errorf("%soauth-client-id, %soauth-client-secret-file and %soauth-scope go with %soauth-token-endpoint, not %soauth-token-file", p, p, p, p, p)
+		}
+		src := oauthbearer.File(s.tokenFile)
+		// Read once now: a wrong path fails the start, not every
+		// authentication.
+		if _, err := src.Token(context.Background()); err != nil {
+			return nil, fmt.Errorf("%soauth-token-file: %w", p, err)
+		}
+		s.src = src
+	case s.endpoint != "":
+		if err := checkTokenEndpoint(s.endpoint); err != nil {
+			return nil, fmt.Errorf("%soauth-token-endpoint: %w", p, err)
+		}
+		if s.clientID == "" {
+			return nil, fmt.Errorf("%soauth-token-endpoint needs %soauth-client-id", p, p)
+		}
+		secret, err := s.clientSecret()
+		if err != nil {
+			return nil, err
+		}
+		s.src = oauthbearer.NewClientCredentials(s.endpoint, s.clientID, secret, strings.Fields(s.scope))
+	default:
+		return nil, fmt.Errorf("%smechanism OAUTHBEARER needs a token source: %soauth-token-file or %soauth-token-endpoint", p, p, p)
+	}
+	return s.src, nil
+}
+
+// clientSecret reads the OAuth client secret: the file's contents, else
+// the environment variable.
+func (s *securityFlags) clientSecret() (string, error) {
+	secret := os.Getenv(s.secretEnvVar())
+	if s.secretFile != "" {
+		b, err := os.ReadFile(s.secretFile)
+		if err != nil {
+			return "", fmt.Errorf("--%s-sasl-oauth-client-secret-file: %w", s.side, err)
+		}
+		secret = strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+	}
+	if secret == "" {
+		// Caught here, not as a refusal at the endpoint on every
+		// authentication.
+		return "", fmt.Errorf("--%s-sasl-oauth-token-endpoint needs a client secret: --%s-sasl-oauth-client-secret-file or $%s", s.side, s.side, s.secretEnvVar())
+	}
+	return secret, nil
+}
+
+// checkTokenEndpoint wants an https URL, or http to a loopback address
+// (a local token proxy): plain http elsewhere would send the client secret
+// and the tokens in the clear.
+func checkTokenEndpoint(v string) error {
+	if err := checkAddr(addrURL, v); err != nil {
+		return err
+	}
+	u, _ := url.Parse(v) // checkAddr parsed it
+	if u.Scheme == "http" && !loopback(net.JoinHostPort(u.Hostname(), "0")) {
+		return fmt.Errorf("http:// would send the client secret in the clear: use https:// (http:// only to a loopback address)")
+	}
+	return nil
 }
 
 // readCAFile reads a PEM CA bundle named by flag.

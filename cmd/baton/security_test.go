@@ -70,8 +70,8 @@ func TestSASLFlags(t *testing.T) {
 					t.Errorf("password %q, want %q", got, want)
 				}
 			}
-			if !tt.wantErr && s.principal() != tt.wantPrincipal {
-				t.Errorf("principal %q, want %q", s.principal(), tt.wantPrincipal)
+			if p, err := s.principal(context.Background()); !tt.wantErr && (err != nil || p != tt.wantPrincipal) {
+				t.Errorf("principal %q, %v; want %q", p, err, tt.wantPrincipal)
 			}
 		})
 	}

@@ -42,7 +42,7 @@ func (u *Cluster) unreachable(err error) {
 func checkFor(err error) string {
 	switch {
 	case errors.Is(err, ErrAuth):
-		return "the brokers refused the agent's SASL authentication: check the mechanism (the brokers' sasl.enabled.mechanisms), the user and the password file or variable"
+		return "the brokers refused the agent's SASL authentication: check the mechanism (the brokers' sasl.enabled.mechanisms), the user and the password file or variable, or with OAUTHBEARER the token (its file or endpoint, its expiry, what the brokers' validator takes)"
 	case errors.Is(err, ErrTLS):
 		return "the TLS handshake failed: check that the listener speaks TLS, the CA file, the client certificate and that the broker's certificate names the address dialed"
 	}
