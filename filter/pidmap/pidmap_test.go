@@ -13,6 +13,7 @@ import (
 
 	"github.com/baton-kafka/baton/filter"
 	"github.com/baton-kafka/baton/filter/pidmap"
+	"github.com/baton-kafka/baton/internal/bufpool"
 	"github.com/baton-kafka/baton/internal/recordbatch"
 )
 
@@ -237,5 +238,100 @@ func TestNewRefuses(t *testing.T) {
 		if _, err := pidmap.New(cfg); !errors.Is(err, pidmap.ErrBadConfig) {
 			t.Errorf("%s: %v, want ErrBadConfig", name, err)
 		}
+	}
+}
+
+// flakySource fails its searches while down, else finds what it holds.
+type flakySource struct {
+	source
+	down atomic.Bool
+}
+
+func (s *flakySource) Find(ctx context.Context, b pidmap.Batch) (int64, error) {
+	if s.down.Load() {
+		s.mu.Lock()
+		s.searches++
+		s.mu.Unlock()
+		return 0, errors.New("source unreachable")
+	}
+	return s.source.Find(ctx, b)
+}
+
+// refuser is the chain's Handler as the router is for a part bound for a
+// destination partition with no leader known: it answers the part
+// retriable, unsent, while noLeader is set.
+type refuser struct{ noLeader atomic.Bool }
+
+func (h *refuser) Dispatch(_ context.Context, x *filter.Exchange) filter.Pending {
+	for i := range x.Parts() {
+		p := &x.Parts()[i]
+		if p.Answered || !h.noLeader.Load() {
+			continue
+		}
+		p.Answer(kerr.NotLeaderForPartition.Code)
+		if p.Send != nil { // the router puts the copy back, unsent
+			bufpool.Put(p.Send)
+			p.Send = nil
+		}
+	}
+	x.Resp = kmsg.NewPtrProduceResponse()
+	return filter.Done{}
+}
+
+// TestUncertainRetryRefusedUnsentIsSearchedAgain: pidmap runs before the
+// router's leader lookup, so a retry of an uncertain source batch can be
+// searched for (and forgotten as uncertain), mapped (its destination
+// stream started), and then refused unsent by the router (no destination
+// leader known). Nothing reached the destination, yet the next retry is
+// neither searched for nor recognised: started() says the stream began, so
+// it goes to the destination, a duplicate of the copy the replicator made
+// of the source's. Before the refactor the mapping came after the leader
+// lookup, and a part refused there left the uncertain batch for its retry.
+// Here the source is unreachable at the first retry (its search fails,
+// which alone would only warn), and back at the second.
+func TestUncertainRetryRefusedUnsentIsSearchedAgain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	src := &flakySource{source: source{at: map[pidmap.Batch]int64{
+		{Topic: "t", Partition: 0, ProducerID: 8, Seq: 4, Records: 1}: 61,
+	}}}
+	var a alloc
+	f, err := pidmap.New(pidmap.Config{Allocator: &a, Source: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &refuser{}
+	c := filter.NewChain(filter.ConnInfo{}, []filter.Factory{f}, h)
+	run := func(x *filter.Exchange) {
+		c.Response(ctx, c.Request(ctx, x))
+	}
+
+	// In PROXY, producer 8's batch 4 went to the source; its outcome is
+	// unknown.
+	x := exchange(filter.Source, false, batch(8, 4, false))
+	s := c.Request(ctx, x)
+	x.Parts()[0].Uncertain = true // as the router's answer sets it
+	c.Response(ctx, s)
+
+	// COMPLETE. The first retry meets an unreachable source and a
+	// destination partition without a known leader: refused unsent.
+	src.down.Store(true)
+	h.noLeader.Store(true)
+	x = exchange(filter.Destination, false, batch(8, 4, false))
+	run(x)
+	if p := x.Parts()[0]; !p.Answered || p.Code != kerr.NotLeaderForPartition.Code {
+		t.Fatalf("first retry: answered %v code %d, want NOT_LEADER_OR_FOLLOWER unsent", p.Answered, p.Code)
+	}
+
+	// Both are back. The retry is the same uncertain batch, which the
+	// source holds at 61: it must be answered from there, not written to
+	// the destination a second time.
+	src.down.Store(false)
+	h.noLeader.Store(false)
+	x = exchange(filter.Destination, false, batch(8, 4, false))
+	run(x)
+	if p := x.Parts()[0]; !p.Answered || p.Code != 0 || p.Offset != 61 {
+		t.Errorf("second retry of the uncertain batch: answered %v code %d offset %d, sent to the destination %v; want success at 61 from the source (searches: %d)",
+			p.Answered, p.Code, p.Offset, p.Send != nil, src.searches)
 	}
 }

@@ -319,3 +319,54 @@ func TestOutstandingOrGapNeverNeither(t *testing.T) {
 		c.Response(ctx, s1)
 	}
 }
+
+// TestPrePlannedPartsAreRouted: a filter before route (the listener's
+// filters come first in the agent's chain, and Part.To is a plan field any
+// filter may write) that set a part's To must not let the part skip
+// route's decision. route only looks up parts still at Nowhere, so a part
+// pre-planned to the source goes there uncounted, without a lease, or
+// while its topic is MIGRATING or COMPLETE, and one pre-planned to the
+// destination goes there in PROXY. The uncounted case also breaks the
+// count the Handler ends: the router ends one count for every topic with a
+// part bound for the source, so it ends one route never took, and the
+// topic's drain can be reported while another request to it is still
+// outstanding at the source.
+func TestPrePlannedPartsAreRouted(t *testing.T) {
+	t.Parallel()
+	S, D, N := filter.Source, filter.Destination, filter.Nowhere
+	cases := []struct {
+		name    string
+		planned filter.Cluster // To as an earlier filter left it
+		table   filter.Cluster
+		lease   bool
+		want    filter.Cluster
+		counted int
+	}{
+		{"source, counted", S, S, true, S, 1},
+		{"source without a lease", S, S, false, N, 0},
+		{"source while MIGRATING", S, N, true, N, 0},
+		{"source once COMPLETE", S, D, true, D, 0},
+		{"destination in PROXY", D, S, true, S, 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			var n counter
+			f, err := route.New(route.Config{Table: &table{answers: map[string][]filter.Cluster{"a": {c.table}}},
+				Lease: lease(c.lease), InFlight: &n})
+			if err != nil {
+				t.Fatal(err)
+			}
+			x := produce(map[string][]int32{"a": {0}})
+			x.Parts()[0].To = c.planned
+			f.New(filter.ConnInfo{}).(filter.RequestFilter).OnRequest(context.Background(), x)
+			p := x.Parts()[0]
+			if p.To != c.want || (c.want == N) != (p.Answered && p.Code == route.Retriable) {
+				t.Errorf("part planned %v, table %v, lease %v: goes to %v (answered %v), want %v", c.planned, c.table, c.lease, p.To, p.Answered, c.want)
+			}
+			if got := n.get("a"); got != c.counted {
+				t.Errorf("counted %d in flight, want %d", got, c.counted)
+			}
+		})
+	}
+}
