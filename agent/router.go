@@ -173,6 +173,10 @@ func (r *router) dispatch(ctx context.Context, x *filter.Exchange) filter.Pendin
 			x.Header.APIKey, kmsg.NameForKey(x.Header.APIKey), x.Header.APIVersion)}
 	}
 	if !r.a.advertises(x.Header.APIKey, x.Header.APIVersion) {
+		// What the agent advertises changes once the destination first
+		// answers: the filters may have planned this produce under the
+		// older set, and route counted its source topics in flight.
+		r.unplan(x.Parts())
 		return filter.Done{Err: fmt.Errorf("%w: %s v%d was not advertised", ErrUnsupportedRequest,
 			kmsg.NameForKey(x.Header.APIKey), x.Header.APIVersion)}
 	}
@@ -529,15 +533,10 @@ func (r *router) cluster(c filter.Cluster) *upstream.Cluster {
 // plan answered, or that cannot be sent, without sending them.
 func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.ProduceRequest) filter.Pending {
 	parts := x.Parts()
-	// The topics the route filter counted in flight: those with a part
-	// bound for the source. They count until the source can no longer
-	// write what was sent (settleInflight), or at once if nothing was.
-	var srcTopics []string
-	for i := range parts {
-		if parts[i].To == filter.Source && !slices.Contains(srcTopics, parts[i].Topic) {
-			srcTopics = append(srcTopics, parts[i].Topic)
-		}
-	}
+	// The topics the route filter counted in flight count until the source
+	// can no longer write what was sent (settleInflight), or end at once
+	// if nothing was.
+	srcTopics := sourceTopics(parts)
 	fwd := r.a.forwardDeadline(srcTopics)
 	shards := r.produceShards(ctx, parts)
 	// Looking up leaders may have taken a while: the lease must still hold
@@ -683,6 +682,31 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 		r.a.countProduce(resp)
 		return nil
 	})
+}
+
+// unplan undoes the plan of a produce refused whole before it was sent:
+// the in-flight counts of its source topics end, and pidmap's copies go
+// back to the pool.
+func (r *router) unplan(parts []filter.Part) {
+	r.a.sourceUnsent(sourceTopics(parts), nil)
+	for i := range parts {
+		if parts[i].Send != nil {
+			bufpool.Put(parts[i].Send)
+			parts[i].Send = nil
+		}
+	}
+}
+
+// sourceTopics are the topics route counted in flight for a produce: those
+// with a part bound for the source.
+func sourceTopics(parts []filter.Part) []string {
+	var out []string
+	for i := range parts {
+		if parts[i].To == filter.Source && !slices.Contains(out, parts[i].Topic) {
+			out = append(out, parts[i].Topic)
+		}
+	}
+	return out
 }
 
 // produceShards groups the parts the plan leaves unanswered by the broker

@@ -318,19 +318,29 @@ func (c *conn) OnRequest(ctx context.Context, x *filter.Exchange) filter.Status 
 	return filter.Continue
 }
 
-// OnResponse remembers the parts whose outcome at the source is unknown.
+// OnResponse remembers the parts whose outcome at the source is unknown,
+// and notes the destination streams that a sent batch started: from then
+// on the destination dedupes its session's retries on that partition.
 func (c *conn) OnResponse(_ context.Context, x *filter.Exchange) filter.Status {
 	var now time.Time
 	for _, p := range x.Parts() {
-		if !p.Uncertain {
+		sent := p.To == filter.Destination && p.Via != nil
+		if !p.Uncertain && !sent {
 			continue
 		}
-		if b, ok := BatchOf(p.Topic, p.Partition, p.Records); ok {
-			if now.IsZero() {
-				now = c.f.cfg.Now()
-			}
-			c.f.uncertain.add(b, now)
+		b, ok := BatchOf(p.Topic, p.Partition, p.Records)
+		if !ok {
+			continue
 		}
+		if sent {
+			c.f.sessions.confirm(b)
+			c.f.uncertain.take(b)
+			continue
+		}
+		if now.IsZero() {
+			now = c.f.cfg.Now()
+		}
+		c.f.uncertain.add(b, now)
 	}
 	return filter.Continue
 }
@@ -338,20 +348,22 @@ func (c *conn) OnResponse(_ context.Context, x *filter.Exchange) filter.Status {
 // alreadyWritten reports whether b, about to start its session's stream
 // toward the destination, is a retry of a source write the replicator
 // copied (the route says so) or of an uncertain one the source holds, and
-// its offset.
+// its offset. An uncertain batch is forgotten only once the source is
+// known not to hold it, or once a batch of its session was sent to the
+// destination there (OnResponse): a retry refused unsent (no destination
+// leader, say) is searched for again.
 func (f *Factory) alreadyWritten(ctx context.Context, b Batch) (int64, bool) {
 	if f.sessions.started(b) {
 		return 0, false // the destination stream dedupes retries from here on
 	}
 	if f.cfg.Copied != nil {
 		if off, ok := f.cfg.Copied(b.Topic).Offset(b); ok {
-			f.uncertain.take(b)
 			f.cfg.Log.Debug("retry of a source write answered from the replicator's copy", "topic", b.Topic,
 				"partition", b.Partition, "producer_id", b.ProducerID, "sequence", b.Seq, "offset", off)
 			return off, true
 		}
 	}
-	if !f.uncertain.take(b) || f.cfg.Source == nil {
+	if f.cfg.Source == nil || !f.uncertain.has(b) {
 		return 0, false
 	}
 	off, err := f.cfg.Source.Find(ctx, b)
@@ -361,6 +373,7 @@ func (f *Factory) alreadyWritten(ctx context.Context, b Batch) (int64, bool) {
 			"partition", b.Partition, "producer_id", b.ProducerID, "sequence", b.Seq, "offset", off)
 		return off, true
 	case errors.Is(err, ErrNotInSource):
+		f.uncertain.take(b)
 	default:
 		f.cfg.Log.Warn("could not tell whether the source holds a retried batch; writing it to the destination (it may be a duplicate)",
 			"topic", b.Topic, "partition", b.Partition, "producer_id", b.ProducerID, "sequence", b.Seq, "err", err)
@@ -400,8 +413,11 @@ type session struct {
 	// Under sessions.mu:
 	used time.Time
 	// bases holds, per partition, the client's base sequence of the first
-	// batch sent to the destination: the destination's sequence 0.
+	// batch mapped toward the destination: the destination's sequence 0.
 	bases map[partKey]int32
+	// sent holds the partitions where a batch of the session was sent
+	// to the destination (its stream there has started).
+	sent map[partKey]bool
 }
 
 // destination returns the producer fields b carries on the destination,
@@ -455,17 +471,28 @@ func (s *sessions) destination(ctx context.Context, b Batch) (recordbatch.Produc
 	return recordbatch.Producer{ID: e.dst.id, Epoch: e.dst.epoch, BaseSeq: d}, nil
 }
 
-// started reports whether b's session already has a destination stream on
-// b's partition.
+// started reports whether a batch of b's session was sent to the
+// destination on b's partition.
 func (s *sessions) started(b Batch) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.m[sessionKey{b.ProducerID, b.Epoch}]
-	if e == nil {
-		return false
+	return e != nil && e.sent[partKey{b.Topic, b.Partition}]
+}
+
+// confirm notes that b was sent to the destination under its session's
+// mapping.
+func (s *sessions) confirm(b Batch) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.m[sessionKey{b.ProducerID, b.Epoch}]
+	if e == nil || !allocated(e) || e.err != nil {
+		return // evicted meanwhile: its next batch starts afresh
 	}
-	_, ok := e.bases[partKey{b.Topic, b.Partition}]
-	return ok
+	if e.sent == nil {
+		e.sent = map[partKey]bool{}
+	}
+	e.sent[partKey{b.Topic, b.Partition}] = true
 }
 
 // makeRoom drops idle mappings (at most every idle/4, or when full), then
@@ -537,6 +564,14 @@ func (u *uncertain) add(b Batch, now time.Time) {
 		delete(u.m, oldK)
 	}
 	u.m[b] = now
+}
+
+// has reports whether b is uncertain.
+func (u *uncertain) has(b Batch) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	_, ok := u.m[b]
+	return ok
 }
 
 // take reports whether b was uncertain, and forgets it.

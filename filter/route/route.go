@@ -217,21 +217,36 @@ func (c *conn) refuseAfterGaps(parts []filter.Part) {
 	}
 }
 
-// route sets each unanswered part's cluster, one lookup per topic.
+// route sets each unanswered part's cluster, one lookup per topic. What
+// an earlier filter planned for To or Via is not trusted, and an answered
+// part goes nowhere: only this filter counts a topic in flight, and the
+// Handler ends a count for every topic with a part bound for the source.
 func (c *conn) route(parts []filter.Part) {
+	type routed struct {
+		topic string
+		to    filter.Cluster
+	}
+	var buf [4]routed
+	seen := buf[:0]
 	for i := range parts {
 		p := &parts[i]
-		if p.Answered || p.To != filter.Nowhere {
+		p.To, p.Via = filter.Nowhere, nil
+		if p.Answered {
 			continue
 		}
-		to := c.target(p.Topic)
-		for j := i; j < len(parts); j++ {
-			if q := &parts[j]; q.Topic == p.Topic && !q.Answered {
-				q.To = to
-				if to == filter.Nowhere {
-					q.Answer(Retriable)
-				}
+		found := false
+		for _, r := range seen {
+			if r.topic == p.Topic {
+				p.To, found = r.to, true
+				break
 			}
+		}
+		if !found {
+			p.To = c.target(p.Topic)
+			seen = append(seen, routed{p.Topic, p.To})
+		}
+		if p.To == filter.Nowhere {
+			p.Answer(Retriable)
 		}
 	}
 }
