@@ -66,6 +66,7 @@ type config struct {
 	source          []string
 	destination     []string
 	srcSec, dstSec  Security
+	clientSec       ClientSecurity
 	routes          *RouteTable
 	maxFrame        int32
 	connBuffered    int64
@@ -195,24 +196,29 @@ type Agent struct {
 	budget   *framing.Budget
 	epochs   *epochs
 	pidmap   *pidmap.Factory  // agent-wide: one producer may use several connections
+	auth     filter.Factory   // the client SASL filter, nil without SASL
 	cp       *cpLink          // nil with static routes
 	filters  []filter.Factory // every connection's chain (see chain.go)
 	inflight inflight
 	acked    ackedEnds // the end of what each source partition acked, for the drain
+	// principals are the client principals' upstream clusters
+	// (SASLForward, see clientsec.go).
+	principals principals
 
 	port    *reservedPort // bound at New, listened on once ready
 	ln      net.Listener
 	adminLn net.Listener
 	self    kmsg.MetadataResponseBroker
 
-	advCache atomic.Pointer[advertisedCache]
-	connSeq  atomic.Uint64
-	wg       sync.WaitGroup
-	mu       sync.Mutex
-	conns    map[uint64]net.Conn
-	closing  atomic.Bool
-	ready    atomic.Bool
-	serving  chan struct{} // closed once the listener accepts
+	advCache  atomic.Pointer[advertisedCache]
+	tlsWarned atomic.Int64 // unix nanoseconds of the last WARN of a failed client TLS handshake
+	connSeq   atomic.Uint64
+	wg        sync.WaitGroup
+	mu        sync.Mutex
+	conns     map[uint64]net.Conn
+	closing   atomic.Bool
+	ready     atomic.Bool
+	serving   chan struct{} // closed once the listener accepts
 }
 
 // New validates the options and binds the listeners. Run serves.
@@ -270,6 +276,9 @@ func New(opts ...Opt) (*Agent, error) {
 	case cfg.producerIDIdle <= 0:
 		return nil, fmt.Errorf("%w: producer id idle: must be positive, got %s", ErrBadConfig, cfg.producerIDIdle)
 	}
+	if err := checkClientSecurity(&cfg.clientSec); err != nil {
+		return nil, err
+	}
 	for _, b := range append(append([]string(nil), cfg.source...), cfg.destination...) {
 		if _, _, err := net.SplitHostPort(b); err != nil {
 			return nil, fmt.Errorf("%w: bootstrap %q: %w", ErrBadConfig, b, err)
@@ -283,6 +292,8 @@ func New(opts ...Opt) (*Agent, error) {
 		nodeID: cfg.nodeID,
 		epochs: newEpochs(time.Now()),
 		conns:  map[uint64]net.Conn{},
+
+		principals: principals{m: map[string]*principalPair{}},
 
 		serving: make(chan struct{}),
 	}
@@ -301,6 +312,9 @@ func New(opts ...Opt) (*Agent, error) {
 		if a.cp, err = a.newCPLink(); err != nil {
 			return nil, err
 		}
+	}
+	if a.auth, err = a.saslFilter(); err != nil {
+		return nil, err
 	}
 	a.filters = a.chain()
 	readTO := 60 * time.Second

@@ -37,7 +37,7 @@ func (r *router) metadata(ctx context.Context, x *filter.Exchange, req *kmsg.Met
 			if t.Topic == nil {
 				continue // topic ids are not routed; the client gets no entry
 			}
-			if r.upstreamFor(*t.Topic) == r.a.dst {
+			if r.upstreamFor(*t.Topic) == r.dst {
 				dstTopics = append(dstTopics, *t.Topic)
 			} else {
 				srcTopics = append(srcTopics, *t.Topic)
@@ -67,20 +67,20 @@ func (r *router) metadata(ctx context.Context, x *filter.Exchange, req *kmsg.Met
 		}
 		return nil
 	}
-	srcKeep := func(t string) bool { return !all || r.upstreamFor(t) == r.a.src }
-	if err := add(r.a.src, srcTopics, srcKeep); err != nil {
+	srcKeep := func(t string) bool { return !all || r.upstreamFor(t) == r.src }
+	if err := add(r.src, srcTopics, srcKeep); err != nil {
 		return err
 	}
 	// The destination only for the topics that route there: asked for
 	// none (nil), it would answer all of its topics.
 	if len(dstTopics) > 0 {
-		if err := add(r.a.dst, dstTopics, func(string) bool { return true }); err != nil {
+		if err := add(r.dst, dstTopics, func(string) bool { return true }); err != nil {
 			return err
 		}
 	}
 	// One cluster id whichever cluster answered: through the agent a
 	// client sees one cluster, and librdkafka warns when its id changes.
-	if id := r.a.src.ClusterID(); id != nil {
+	if id := r.src.ClusterID(); id != nil {
 		resp.ClusterID = id
 	}
 	x.Resp = resp
@@ -91,7 +91,7 @@ func (r *router) findCoordinator(ctx context.Context, x *filter.Exchange, req *k
 	resp := req.ResponseKind().(*kmsg.FindCoordinatorResponse)
 	self := r.a.selfBroker()
 	answer := func(key string) (int16, *string) {
-		if _, err := r.a.src.CoordinatorAddr(ctx, req.CoordinatorType, key, true); err != nil {
+		if _, err := r.src.CoordinatorAddr(ctx, req.CoordinatorType, key, true); err != nil {
 			var ke *kerr.Error
 			if errors.As(err, &ke) {
 				return ke.Code, nil

@@ -19,26 +19,33 @@ import (
 //     they see every request before anything of the agent's holds or
 //     answers it, and every answer last, so a metrics filter counts what
 //     the client saw;
-//  2. leasegate, with a control plane only: holds writes to the source
+//  2. sasl, when clients authenticate (ClientSecurity): it answers
+//     SaslHandshake and SaslAuthenticate, and closes a connection that
+//     sends anything else but ApiVersions before it authenticated, or
+//     after its session ended;
+//  3. leasegate, with a control plane only: holds writes to the source
 //     other than produce until the agent holds a lease, and refuses them
 //     after the hold max the way the router answers a request the
 //     clusters could not (errorResponse), else by closing the connection;
-//  3. hold, the produce hold: holds a produce while one of its topics is
+//  4. hold, the produce hold: holds a produce while one of its topics is
 //     MIGRATING in hold mode, or bound for the source without a lease, up
 //     to the topic's hold max from arrival (holdTopics);
-//  4. route: where each partition of a produce goes, looked up after the
+//  5. route: where each partition of a produce goes, looked up after the
 //     hold (source under a lease and counted in flight, destination, or
 //     answered retriable), and the connection's partition order (a
 //     partition's next request follows its outstanding ones; none overtakes
 //     a failed batch's resend);
-//  5. pidmap: destination producer ids and sequences for idempotent batches
+//  6. pidmap: destination producer ids and sequences for idempotent batches
 //     routed to the destination, and answers for retries of batches the
 //     source already holds;
-//  6. the router, the chain's Handler: it answers what the agent owns and
+//  7. the router, the chain's Handler: it answers what the agent owns and
 //     forwards the rest; a produce's partitions go where route and pidmap
 //     planned, to each partition's leader.
 func (a *Agent) chain() []filter.Factory {
 	fs := append([]filter.Factory(nil), a.cfg.filters...)
+	if a.auth != nil {
+		fs = append(fs, a.auth)
+	}
 	if a.cp != nil {
 		fs = append(fs, a.leaseGate())
 	}

@@ -40,10 +40,19 @@ func (a *Agent) serveConn(ctx context.Context, id uint64, nc net.Conn) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer nc.Close()
+	if a.cfg.clientSec.TLS != nil {
+		tc, err := a.handshakeTLS(ctx, nc)
+		if err != nil {
+			return
+		}
+		nc = tc
+	}
 
 	info := filter.ConnInfo{ID: id, Remote: nc.RemoteAddr().String(), Local: nc.LocalAddr().String()}
-	rt := &router{a: a, slot: id}
+	rt := a.newRouter(id)
+	defer func() { a.unbind(rt.pair) }()
 	defer rt.close() // after the writer: nothing waits on them then
+	ctx = withRouter(ctx, rt)
 	chain := filter.NewChain(info, a.filters, rt)
 	queue := make(chan queued, maxPipelined)
 	writerDone := make(chan struct{})
@@ -137,6 +146,12 @@ func (a *Agent) writeResponses(ctx context.Context, nc net.Conn, chain *filter.C
 		binary.BigEndian.PutUint32(buf, uint32(len(buf)-4))
 		if _, err := bw.Write(buf); err != nil {
 			return err
+		}
+		if x.CloseAfter {
+			if err := bw.Flush(); err != nil {
+				return err
+			}
+			return errCloseAfter
 		}
 		if len(queue) == 0 {
 			if err := bw.Flush(); err != nil {

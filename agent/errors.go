@@ -16,6 +16,9 @@ var (
 	// ErrUnsupportedRequest closes a connection that sent a request the
 	// agent never advertised.
 	ErrUnsupportedRequest = errors.New("agent: request not supported")
+	// errCloseAfter closes a connection after an answer that ends it (a
+	// failed SASL authentication).
+	errCloseAfter = errors.New("agent: connection closed after its last answer")
 	// errClientGone closes the upstream connections of a client
 	// connection that closed.
 	errClientGone = errors.New("agent: client connection closed")

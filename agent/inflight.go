@@ -120,10 +120,10 @@ func (a *Agent) sourceUnsent(counted, sent []string) {
 
 // forwardedTopics returns the distinct topics of the shards that went to
 // the source, for the in-flight counts.
-func (a *Agent) forwardedTopics(ss []sent, parts []filter.Part) []string {
+func forwardedTopics(ss []sent, parts []filter.Part) []string {
 	var out []string
 	for _, sh := range ss {
-		if sh.err != nil || sh.s.up != a.src {
+		if sh.err != nil || parts[sh.s.idx[0]].To != filter.Source {
 			continue
 		}
 		for _, i := range sh.s.idx {
@@ -143,14 +143,14 @@ func (a *Agent) forwardedTopics(ss []sent, parts []filter.Part) []string {
 // deadline is still on its connection and its answer may come: it counts
 // until then. ss are the request's shards as sent; those that failed to
 // send were never written and topics does not count them.
-func (a *Agent) settleInflight(topics []string, ss []sent) {
+func (a *Agent) settleInflight(topics []string, ss []sent, src *upstream.Cluster) {
 	if len(topics) == 0 {
 		return
 	}
 	var calls []*upstream.Call
 	pending := false
 	for _, s := range ss {
-		if s.err != nil || s.cl == nil || s.s.up != a.src {
+		if s.err != nil || s.cl == nil || s.s.up != src {
 			continue
 		}
 		calls = append(calls, s.cl)

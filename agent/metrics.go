@@ -14,6 +14,7 @@ import (
 type metrics struct {
 	conns           prometheus.Gauge
 	badFrames       prometheus.Counter
+	tlsFailures     prometheus.Counter
 	held            prometheus.Gauge
 	upstreamLatency *prometheus.HistogramVec
 	upstreamErrors  *prometheus.CounterVec
@@ -27,6 +28,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		badFrames: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "baton_agent_bad_frames_total", Help: "Connections closed for a malformed or oversized frame.",
+		}),
+		tlsFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "baton_agent_client_tls_failures_total", Help: "Client connections whose TLS handshake failed.",
 		}),
 		held: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "baton_agent_held_requests", Help: "Requests held: produce while its topic is MIGRATING or the agent has no lease, other writes to the source while it has no lease.",
@@ -43,7 +47,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "baton_agent_produce_partitions_total", Help: "Partition results of produce requests, by error.",
 		}, []string{"error"}),
 	}
-	reg.MustRegister(m.conns, m.badFrames, m.held, m.upstreamLatency, m.upstreamErrors, m.producePartns)
+	reg.MustRegister(m.conns, m.badFrames, m.tlsFailures, m.held, m.upstreamLatency, m.upstreamErrors, m.producePartns)
 	return m
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/baton-kafka/baton/agent/internal/upstream"
 	"github.com/baton-kafka/baton/filter/pidmap"
 	"github.com/baton-kafka/baton/internal/recordbatch"
 )
@@ -71,14 +72,20 @@ var _ pidmap.Allocator = destinationIDs{}
 // Allocate implements pidmap.Allocator.
 func (d destinationIDs) Allocate(ctx context.Context) (int64, int16, error) {
 	a := d.a
-	v := a.dst.Version(22, math.MaxInt16)
+	_, dst := a.clustersOf(ctx) // as the client, when it authenticates upstream as itself
+	if !dst.HasVersions() {
+		if err := dst.LoadVersions(ctx); err != nil {
+			return 0, 0, err
+		}
+	}
+	v := dst.Version(22, math.MaxInt16)
 	if v < 0 {
 		return 0, 0, errors.New("destination cluster: InitProducerId not supported")
 	}
 	req := kmsg.NewPtrInitProducerIDRequest()
 	req.SetVersion(v)
 	req.TransactionTimeoutMillis = math.MaxInt32 // not transactional: unused, as Java sends it
-	resp, _, err := a.dst.Ask(ctx, req)
+	resp, _, err := dst.Ask(ctx, req)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -103,13 +110,13 @@ const sourceSearchRecords = 1 << 20
 // Find implements pidmap.Source: it searches back from the partition's end
 // in growing windows.
 func (s sourceBatches) Find(ctx context.Context, k pidmap.Batch) (int64, error) {
-	a := s.a
-	addr, err := a.src.LeaderAddr(ctx, k.Topic, k.Partition)
+	src, _ := s.a.clustersOf(ctx)
+	addr, err := src.LeaderAddr(ctx, k.Topic, k.Partition)
 	if err != nil {
 		return 0, err
 	}
 	lo := kmsg.NewPtrListOffsetsRequest()
-	lo.SetVersion(max(min(a.src.Version(2, 7), 7), 1))
+	lo.SetVersion(max(min(src.Version(2, 7), 7), 1))
 	lo.ReplicaID = -1
 	lt := kmsg.NewListOffsetsRequestTopic()
 	lt.Topic = k.Topic
@@ -117,7 +124,7 @@ func (s sourceBatches) Find(ctx context.Context, k pidmap.Batch) (int64, error) 
 	lp.Partition, lp.Timestamp, lp.CurrentLeaderEpoch = k.Partition, -1, -1
 	lt.Partitions = append(lt.Partitions, lp)
 	lo.Topics = append(lo.Topics, lt)
-	resp, err := a.src.RoundTrip(ctx, addr, lo)
+	resp, err := src.RoundTrip(ctx, addr, lo)
 	if err != nil {
 		return 0, err
 	}
@@ -131,7 +138,7 @@ func (s sourceBatches) Find(ctx context.Context, k pidmap.Batch) (int64, error) 
 	end := lr.Topics[0].Partitions[0].Offset
 	for window := int64(1024); ; window *= 16 {
 		from := max(end-window, 0)
-		if off, err := s.scan(ctx, addr, k, from, end); err == nil || !errors.Is(err, pidmap.ErrNotInSource) {
+		if off, err := s.scan(ctx, src, addr, k, from, end); err == nil || !errors.Is(err, pidmap.ErrNotInSource) {
 			return off, err
 		}
 		if from == 0 || window >= sourceSearchRecords {
@@ -142,11 +149,10 @@ func (s sourceBatches) Find(ctx context.Context, k pidmap.Batch) (int64, error) 
 
 // scan fetches [from, end) of k's partition from the source leader at addr
 // and returns the base offset of batch k.
-func (s sourceBatches) scan(ctx context.Context, addr string, k pidmap.Batch, from, end int64) (int64, error) {
-	a := s.a
+func (s sourceBatches) scan(ctx context.Context, src *upstream.Cluster, addr string, k pidmap.Batch, from, end int64) (int64, error) {
 	for from < end {
 		fr := kmsg.NewPtrFetchRequest()
-		fr.SetVersion(max(min(a.src.Version(1, 12), 12), 4))
+		fr.SetVersion(max(min(src.Version(1, 12), 12), 4))
 		fr.ReplicaID, fr.MaxWaitMillis, fr.MinBytes, fr.MaxBytes = -1, 0, 1, 16<<20
 		ft := kmsg.NewFetchRequestTopic()
 		ft.Topic = k.Topic
@@ -154,7 +160,7 @@ func (s sourceBatches) scan(ctx context.Context, addr string, k pidmap.Batch, fr
 		fp.Partition, fp.FetchOffset, fp.PartitionMaxBytes, fp.CurrentLeaderEpoch, fp.LogStartOffset = k.Partition, from, 16<<20, -1, -1
 		ft.Partitions = append(ft.Partitions, fp)
 		fr.Topics = append(fr.Topics, ft)
-		resp, err := a.src.RoundTrip(ctx, addr, fr)
+		resp, err := src.RoundTrip(ctx, addr, fr)
 		if err != nil {
 			return 0, err
 		}

@@ -36,6 +36,12 @@ func (f pendingFunc) Wait(ctx context.Context) error { return f(ctx) }
 type router struct {
 	a    *Agent
 	slot uint64 // which pooled upstream connection this client uses
+	// src and dst are the clusters as this connection reaches them: the
+	// agent's own, or, when clients authenticate with their own
+	// credentials (SASL forward mode), the client principal's (bound once
+	// by its authentication, before any request is forwarded).
+	src, dst *upstream.Cluster
+	pair     *principalPair // the principal's, in forward mode
 
 	// own holds upstream connections of this client connection alone, for
 	// the requests a broker may park (see parks). Closed with the client
@@ -209,11 +215,11 @@ func (r *router) dispatch(ctx context.Context, x *filter.Exchange) filter.Pendin
 		return r.toCoordinator(ctx, x, typ, key)
 	}
 	if _, ok := x.Req.(kmsg.AdminRequest); ok {
-		addr, err := r.a.src.ControllerAddr(ctx)
+		addr, err := r.src.ControllerAddr(ctx)
 		if err != nil {
 			return filter.Done{Err: err}
 		}
-		return r.forwardRaw(ctx, x, r.a.src, addr)
+		return r.forwardRaw(ctx, x, r.src, addr)
 	}
 	return r.toAnyBroker(ctx, x)
 }
@@ -285,7 +291,7 @@ func (r *router) forwardRaw(ctx context.Context, x *filter.Exchange, up *upstrea
 }
 
 func (r *router) toAnyBroker(ctx context.Context, x *filter.Exchange) filter.Pending {
-	up := r.a.src
+	up := r.src
 	addrs := up.AnyBrokers()
 	if len(addrs) == 0 {
 		return filter.Done{Err: upstream.ErrNoBrokers}
@@ -294,7 +300,7 @@ func (r *router) toAnyBroker(ctx context.Context, x *filter.Exchange) filter.Pen
 }
 
 func (r *router) toCoordinator(ctx context.Context, x *filter.Exchange, typ int8, key string) filter.Pending {
-	up := r.a.src
+	up := r.src
 	addr, err := up.CoordinatorAddr(ctx, typ, key, false)
 	if err != nil {
 		// Let the client see a coordinator error it knows to retry.
@@ -313,9 +319,9 @@ func (r *router) toCoordinator(ctx context.Context, x *filter.Exchange, typ int8
 // upstreamFor returns the cluster a topic's reads and metadata come from.
 func (r *router) upstreamFor(topic string) *upstream.Cluster {
 	if r.a.routes.Target(topic) == filter.Destination {
-		return r.a.dst
+		return r.dst
 	}
-	return r.a.src
+	return r.src
 }
 
 // --- Shards ---
@@ -519,9 +525,9 @@ func (v via) Dead() bool              { return v.conn.Dead() }
 func (r *router) cluster(c filter.Cluster) *upstream.Cluster {
 	switch c {
 	case filter.Source:
-		return r.a.src
+		return r.src
 	case filter.Destination:
-		return r.a.dst
+		return r.dst
 	}
 	return nil
 }
@@ -543,7 +549,7 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 	// when the bytes leave (the control plane counts a silent agent safe
 	// from its lease's end plus F, and F starts at the send).
 	if len(srcTopics) > 0 && !r.a.leaseValid() {
-		shards = dropSource(shards, r.a.src, parts)
+		shards = dropSource(shards, r.src, parts)
 	}
 
 	expect := req.Acks != 0
@@ -572,7 +578,7 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 			switch {
 			case s.err == nil:
 				v := via{to: filter.Destination, addr: s.s.addr, conn: s.cl.Conn()}
-				if s.s.up == r.a.src {
+				if s.s.up == r.src {
 					v.to = filter.Source
 				}
 				for _, i := range s.s.idx {
@@ -587,7 +593,7 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 	}
 	// What went to the source stays counted until it is answered (or can
 	// no longer be written); what was not sent stops counting now.
-	sentTopics := r.a.forwardedTopics(ss, parts)
+	sentTopics := forwardedTopics(ss, parts)
 	r.a.sourceUnsent(srcTopics, sentTopics)
 	srcTopics = sentTopics
 	if !expect {
@@ -617,7 +623,7 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 		}
 		var throttle int32
 		hinted := false // a KIP-951 hint names the agent: send its endpoint
-		defer r.a.settleInflight(srcTopics, ss)
+		defer r.a.settleInflight(srcTopics, ss, r.src)
 		r.collect(ctx, ss, 0, req.Version, func() kmsg.Response { return kmsg.NewPtrProduceResponse() },
 			func(s *shard, resp kmsg.Response, err error) {
 				if err != nil {
@@ -625,7 +631,7 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 					r.a.log.Debug("produce forward failed", "cluster", s.up.Name(), "broker", s.addr, "err", err)
 					for _, i := range s.idx {
 						results[i].ErrorCode = retriable
-						if s.up == r.a.src && !errors.Is(err, upstream.ErrNotSent) {
+						if s.up == r.src && !errors.Is(err, upstream.ErrNotSent) {
 							parts[i].Uncertain = true // see filter/pidmap
 						}
 					}
@@ -649,7 +655,7 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 					}
 					out := &results[i]
 					out.ErrorCode, out.BaseOffset, out.LogAppendTime, out.LogStartOffset = p.ErrorCode, p.BaseOffset, p.LogAppendTime, p.LogStartOffset
-					if s.up == r.a.src && p.ErrorCode == 0 && p.BaseOffset >= 0 {
+					if s.up == r.src && p.ErrorCode == 0 && p.BaseOffset >= 0 {
 						if n, ok := recordbatch.OffsetSpan(parts[i].Records); ok {
 							r.a.acked.note(part.topic, part.partition, p.BaseOffset+n)
 						}

@@ -63,7 +63,7 @@ func TestProduceRefusedAtDispatchEndsItsInflightCount(t *testing.T) {
 		t.Run(map[int16]string{-1: "acks=all", 1: "acks=1", 0: "acks=0"}[acks], func(t *testing.T) {
 			t.Parallel()
 			a := offlineAgent(t)
-			rt := &router{a: a, slot: 1}
+			rt := a.newRouter(1)
 			h := handlerFunc(func(ctx context.Context, x *filter.Exchange) filter.Pending {
 				// Between the route filter and the router: the
 				// destination's ApiVersions land, and it serves

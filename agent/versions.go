@@ -88,6 +88,13 @@ func (a *Agent) computeAdvertised() map[int16]versionRange {
 			out[key] = r
 		}
 	}
+	if srcV != nil && a.auth != nil {
+		// The agent answers the client's SASL itself (filter/sasl):
+		// handshake v1 only, so that authentication goes in
+		// SaslAuthenticate requests, never as raw frames.
+		out[17] = versionRange{1, 1}
+		out[36] = versionRange{0, 2}
+	}
 	return out
 }
 

@@ -153,6 +153,10 @@ type Exchange struct {
 	// Err, when set, closes the client connection after earlier responses
 	// are written.
 	Err error
+	// CloseAfter closes the client connection once this exchange's
+	// response is written (a broker answers a failed SASL authentication,
+	// then closes).
+	CloseAfter bool
 
 	chain *Chain // the chain running the request side, for its goroutine count
 	waker *Waker // the current wait, between Hold and its end

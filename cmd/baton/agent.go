@@ -32,6 +32,7 @@ func newAgentCmd() *cobra.Command {
 		upstreamConns, producerIDs                                          int
 		srcSec, dstSec                                                      securityFlags
 		cpTLS                                                               tlsFlags
+		clients                                                             listenFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -85,6 +86,10 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 			if err != nil {
 				return err
 			}
+			clientSecurity, err := clients.clientSecurity(listen)
+			if err != nil {
+				return err
+			}
 			reg := prometheus.NewRegistry()
 			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 			mf, err := metrics.New(reg)
@@ -95,6 +100,7 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 				agent.Listen(listen), agent.Advertise(advertise), agent.Admin(admin),
 				agent.Source(splitList(source)...), agent.Destination(splitList(destination)...),
 				agent.SourceSecurity(srcSecurity), agent.DestinationSecurity(dstSecurity),
+				agent.ListenSecurity(clientSecurity),
 				agent.Routes(agent.NewRouteTable(routes)),
 				agent.MaxFrameBytes(maxFrame), agent.ForwardDeadline(forwardDeadline),
 				agent.ConnBufferedBytes(connBuffered), agent.BufferedBytes(buffered),
@@ -137,6 +143,8 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	srcSec.add(f, "source")
 	dstSec.add(f, "destination")
+	clients.add(f, f)
+	cmd.AddCommand(newSCRAMCredentialCmd())
 	markAddrs(f, addrDial, "source", "destination", "advertise", "control-plane")
 	markAddrs(f, addrListen, "listen", "admin")
 	_ = cmd.MarkFlagRequired("source")

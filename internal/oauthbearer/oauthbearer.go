@@ -276,6 +276,14 @@ func claims(token string) (jwtClaims, error) {
 	return c, nil
 }
 
+// Expiry is the exp claim of token, read without checking the signature;
+// zero when the token is not a JWT or has none. The agent ends a client's
+// session then, so the client authenticates again with a fresh token.
+func Expiry(token string) time.Time {
+	exp, _ := jwtExpiry(token)
+	return exp
+}
+
 // jwtExpiry is a JWT's exp claim, if the token is a JWT that has one.
 func jwtExpiry(token string) (time.Time, bool) {
 	c, err := claims(token)
