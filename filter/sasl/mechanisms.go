@@ -275,7 +275,10 @@ func NewSCRAMCredential(mech, user, password string, iterations int) (SCRAMCrede
 	if err != nil {
 		return SCRAMCredential{}, fmt.Errorf("%w: %v", ErrBadConfig, err)
 	}
-	sc := cl.GetStoredCredentials(scram.KeyFactors{Salt: string(salt), Iters: iterations})
+	sc, err := cl.GetStoredCredentialsWithError(scram.KeyFactors{Salt: string(salt), Iters: iterations})
+	if err != nil {
+		return SCRAMCredential{}, fmt.Errorf("%w: %v", ErrBadConfig, err)
+	}
 	return SCRAMCredential{User: user, Mechanism: mech, Iterations: iterations,
 		Salt:      base64.StdEncoding.EncodeToString(salt),
 		StoredKey: base64.StdEncoding.EncodeToString(sc.StoredKey),
