@@ -1,19 +1,13 @@
 package controlplane
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"os"
 	"strings"
-
-	"go.yaml.in/yaml/v3"
 )
 
 // Callers of the HTTP API (docs/controlplane.md, "API tokens").
@@ -54,24 +48,14 @@ func APITokens(tokens []APIToken) Opt {
 // LoadAPITokens reads an API token file: a YAML list of name, role and
 // sha256.
 func LoadAPITokens(path string) ([]APIToken, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("%w: API tokens: %w", ErrBadConfig, err)
-	}
-	ts, err := ParseAPITokens(b)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return ts, nil
+	return loadList(path, "API tokens", ParseAPITokens)
 }
 
 // ParseAPITokens parses and validates an API token file's contents.
 func ParseAPITokens(b []byte) ([]APIToken, error) {
-	var ts []APIToken
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&ts); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%w: API tokens: %w", ErrBadConfig, err)
+	ts, err := decodeList[APIToken](b, "API tokens")
+	if err != nil {
+		return nil, err
 	}
 	if len(ts) == 0 {
 		return nil, fmt.Errorf("%w: API tokens: no tokens", ErrBadConfig)
