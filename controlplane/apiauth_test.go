@@ -1,7 +1,6 @@
 package controlplane
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -13,12 +12,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/internal/testcert"
+	"github.com/baton-kafka/baton/internal/testlog"
 	"github.com/baton-kafka/baton/migration"
 )
 
@@ -127,31 +126,12 @@ type caughtUp struct{ idleReplication }
 
 func (caughtUp) Lag(string) (time.Duration, error) { return 0, nil }
 
-// lockedBuffer is a log sink the server's goroutines write to while the
-// test reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // startHTTPS serves the API of a control plane with opts over TLS with a
 // certificate of ca, verifying the client certificates ca signed when
 // clients send one (the way `baton controlplane --http-client-ca` does).
-func startHTTPS(t *testing.T, ca testcert.CA, opts ...Opt) (*ControlPlane, *httptest.Server, *lockedBuffer) {
+func startHTTPS(t *testing.T, ca testcert.CA, opts ...Opt) (*ControlPlane, *httptest.Server, *testlog.Buffer) {
 	t.Helper()
-	logs := &lockedBuffer{}
+	logs := &testlog.Buffer{}
 	cp, err := New(context.Background(), append([]Opt{WithStore(NewMemStore()), WithReplication(caughtUp{}),
 		Logger(slog.New(slog.NewTextHandler(logs, nil))),
 		Clusters(&batonv1.Cluster{Name: "source"}, &batonv1.Cluster{Name: "destination"})}, opts...)...)
