@@ -218,13 +218,19 @@ func (c *APIClient) do(ctx context.Context, method, path string, body, out any) 
 	return json.NewDecoder(resp.Body).Decode(out)
 }
 
-// apiError reads a non-200 answer's {"error": ...}.
+// apiError reads a non-200 answer's {"error": ...}; an answer that is not
+// the API's (a proxy's, or net/http's "Client sent an HTTP request to an
+// HTTPS server") is told by its status and first line of text.
 func apiError(resp *http.Response) error {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
 	var e struct {
 		Error string `json:"error"`
 	}
-	if json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&e) != nil || e.Error == "" {
+	if json.Unmarshal(body, &e) != nil || e.Error == "" {
 		e.Error = resp.Status
+		if line, _, _ := strings.Cut(strings.TrimSpace(string(body)), "\n"); line != "" && len(line) <= 200 {
+			e.Error += ": " + line
+		}
 	}
 	return &APIError{Status: resp.StatusCode, Message: e.Error}
 }

@@ -241,14 +241,19 @@ func pickGuard(ctx context.Context, mode string, adm *kadm.Client, principal str
 // apiTokenEnv holds the HTTP API token when --token-file is not given.
 const apiTokenEnv = "BATON_API_TOKEN"
 
-// apiFlags adds --server, --token-file and -o to an operator command, and
-// returns the API client they describe.
+// apiFlags adds --server, --token-file, --ca-file, --cert-file,
+// --key-file and -o to an operator command, and returns the API client
+// they describe.
 func apiFlags(cmd *cobra.Command, output *string) func() (*controlplane.APIClient, error) {
-	var server, tokenFile string
-	cmd.PersistentFlags().StringVar(&server, "server", "http://127.0.0.1:18080", "control plane HTTP API")
-	cmd.PersistentFlags().StringVar(&tokenFile, "token-file", "", "file holding the HTTP API bearer token (default: $"+apiTokenEnv+", if set)")
-	cmd.PersistentFlags().StringVarP(output, "output", "o", "text", "text or json")
-	markAddrs(cmd.PersistentFlags(), addrURL, "server")
+	var server, tokenFile, caFile, certFile, keyFile string
+	f := cmd.PersistentFlags()
+	f.StringVar(&server, "server", "http://127.0.0.1:18080", "control plane HTTP API (https:// when it serves --http-tls-cert)")
+	f.StringVar(&tokenFile, "token-file", "", "file holding the HTTP API bearer token (default: $"+apiTokenEnv+", if set)")
+	f.StringVar(&caFile, "ca-file", "", "PEM CA bundle verifying an https:// --server (default: $"+apiCAEnv+", else the system's roots)")
+	f.StringVar(&certFile, "cert-file", "", "PEM client certificate for an https:// --server that maps certificates to callers (default: $"+apiCertEnv+"; with --key-file)")
+	f.StringVar(&keyFile, "key-file", "", "PEM key of --cert-file (default: $"+apiKeyEnv+")")
+	f.StringVarP(output, "output", "o", "text", "text or json")
+	markAddrs(f, addrURL, "server")
 	return func() (*controlplane.APIClient, error) {
 		token := os.Getenv(apiTokenEnv)
 		if tokenFile != "" {
@@ -258,7 +263,14 @@ func apiFlags(cmd *cobra.Command, output *string) func() (*controlplane.APIClien
 			}
 			token = strings.TrimSpace(string(b))
 		}
-		return &controlplane.APIClient{Base: server, Token: token}, nil
+		ca, caFlag := fromFlagOrEnv("ca-file", caFile, apiCAEnv)
+		cert, certFlag := fromFlagOrEnv("cert-file", certFile, apiCertEnv)
+		key, keyFlag := fromFlagOrEnv("key-file", keyFile, apiKeyEnv)
+		hc, err := apiHTTPClient(server, ca, cert, key, caFlag || certFlag || keyFlag)
+		if err != nil {
+			return nil, err
+		}
+		return &controlplane.APIClient{Base: server, Token: token, HTTP: hc}, nil
 	}
 }
 
