@@ -204,7 +204,7 @@ func TestAPIIdentities(t *testing.T) {
 		cert   *tls.Certificate
 		token  string
 		call   func(c *APIClient) error
-		status int    // 0: success; -1: the TLS handshake fails
+		status int    // 0: success; -1: no answer (the TLS handshake fails)
 		msg    string // in the refusal
 	}{
 		{"read-only identity (DNS SAN) lists", &dashboard, "", list, 0, ""},
@@ -224,7 +224,7 @@ func TestAPIIdentities(t *testing.T) {
 		{"token and certificate of one caller read", &alice, "alice-token", list, 0, ""},
 		{"token and certificate of one caller: the lesser role", &alice, "alice-token", migrate("m-both"), http.StatusForbidden, "alice is read-only"},
 		{"token and certificate of two callers", &dashboard, "op-secret", list, http.StatusForbidden, "the bearer token is ci-bot's and the client certificate dashboard's"},
-		{"certificate of a CA the server does not trust", &foreign, "", list, -1, "tls: "},
+		{"certificate of a CA the server does not trust", &foreign, "", list, -1, ""},
 	}
 	t.Run("calls", func(t *testing.T) {
 		for _, tt := range tests {
@@ -238,8 +238,11 @@ func TestAPIIdentities(t *testing.T) {
 						t.Fatal(err)
 					}
 				case tt.status == -1:
-					if err == nil || errors.As(err, &ae) || !strings.Contains(err.Error(), tt.msg) {
-						t.Fatalf("%v, want the TLS handshake refused (%q)", err, tt.msg)
+					// The client sees the server's alert or its reset of
+					// the connection, whichever comes first: either way,
+					// no answer.
+					if err == nil || errors.As(err, &ae) {
+						t.Fatalf("%v, want the TLS handshake refused", err)
 					}
 				case !errors.As(err, &ae) || ae.Status != tt.status || !strings.Contains(ae.Message, tt.msg):
 					t.Fatalf("%v, want status %d with %q", err, tt.status, tt.msg)

@@ -110,6 +110,12 @@ func apiHTTPClient(server string, ca, cert, key namedFile, byFlag bool) (*http.C
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.TLSClientConfig = cfg
+	// HTTP/1.1 only: a command sends a request or two, and HTTP/2 reports
+	// a connection the control plane closed at its first read (its
+	// refusal of a client certificate, with TLS 1.3) as "could not be
+	// established", losing the alert that says why.
+	tr.Protocols = new(http.Protocols)
+	tr.Protocols.SetHTTP1(true)
 	return &http.Client{Transport: hintTransport{tr, ca, cert}}, nil
 }
 
