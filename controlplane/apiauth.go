@@ -1,29 +1,28 @@
 package controlplane
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"io"
+	"log/slog"
 	"net/http"
-	"os"
+	"path"
 	"strings"
-
-	"go.yaml.in/yaml/v3"
+	"sync"
 )
 
-// Callers of the HTTP API (docs/controlplane.md, "API tokens").
+// Callers of the HTTP API (docs/controlplane.md, "API callers").
 //
-// With tokens configured, every request carries `Authorization: Bearer
-// <token>`. The control plane keeps only each token's SHA-256, so the file
-// it reads holds no secret a reader could replay. A read-only caller may
-// list topics, status, agents and events; an operator may also add,
-// migrate, abort, change state and remove. What a caller does is recorded
-// under its token's name: a declared actor is ignored.
+// With tokens or identities configured, every request must name its
+// caller: with `Authorization: Bearer <token>` (APITokens), or with a
+// verified TLS client certificate whose identity a rule maps to a caller
+// (APIIdentities). The control plane keeps only each token's SHA-256, so
+// the file it reads holds no secret a reader could replay. A read-only
+// caller may list topics, status, agents and events; an operator may also
+// add, migrate, abort, change state and remove. What a caller does is
+// recorded under its name: a declared actor is ignored.
 
 // Roles of an API token.
 const (
@@ -54,24 +53,14 @@ func APITokens(tokens []APIToken) Opt {
 // LoadAPITokens reads an API token file: a YAML list of name, role and
 // sha256.
 func LoadAPITokens(path string) ([]APIToken, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("%w: API tokens: %w", ErrBadConfig, err)
-	}
-	ts, err := ParseAPITokens(b)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return ts, nil
+	return loadList(path, "API tokens", ParseAPITokens)
 }
 
 // ParseAPITokens parses and validates an API token file's contents.
 func ParseAPITokens(b []byte) ([]APIToken, error) {
-	var ts []APIToken
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&ts); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%w: API tokens: %w", ErrBadConfig, err)
+	ts, err := decodeList[APIToken](b, "API tokens")
+	if err != nil {
+		return nil, err
 	}
 	if len(ts) == 0 {
 		return nil, fmt.Errorf("%w: API tokens: no tokens", ErrBadConfig)
@@ -84,8 +73,9 @@ func ParseAPITokens(b []byte) ([]APIToken, error) {
 			return nil, fmt.Errorf("%w: API tokens[%d]: name is required", ErrBadConfig, i)
 		case names[t.Name]:
 			return nil, fmt.Errorf("%w: API tokens[%d]: name %q is used twice", ErrBadConfig, i, t.Name)
-		case t.Role != RoleReadOnly && t.Role != RoleOperator:
-			return nil, fmt.Errorf("%w: API tokens[%d] (%s): role %q: want %s or %s", ErrBadConfig, i, t.Name, t.Role, RoleReadOnly, RoleOperator)
+		}
+		if err := checkRole(t.Role); err != nil {
+			return nil, fmt.Errorf("%w: API tokens[%d] (%s): %w", ErrBadConfig, i, t.Name, err)
 		}
 		sum, err := hex.DecodeString(t.SHA256)
 		if err != nil || len(sum) != sha256.Size {
@@ -96,39 +86,231 @@ func ParseAPITokens(b []byte) ([]APIToken, error) {
 	return ts, nil
 }
 
-type callerKey struct{}
+// checkRole refuses a role the API does not know.
+func checkRole(role string) error {
+	if role != RoleReadOnly && role != RoleOperator {
+		return fmt.Errorf("role %q: want %s or %s", role, RoleReadOnly, RoleOperator)
+	}
+	return nil
+}
 
-// requireToken wraps the API: a request without a known token gets 401, a
-// read-only caller's write 403.
-func requireToken(tokens []APIToken, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		var caller *APIToken
-		if ok {
-			sum := sha256.Sum256([]byte(strings.TrimSpace(raw)))
-			for i := range tokens {
-				// Every entry is compared, so the time taken does not
-				// tell which one matched.
-				if subtle.ConstantTimeCompare(sum[:], tokens[i].sum) == 1 {
-					caller = &tokens[i]
-				}
+// APIIdentity maps verified TLS client certificates to a caller of the
+// HTTP API.
+type APIIdentity struct {
+	// Identity is one of a certificate's identities, as the agent
+	// identity rules take them (a URI SAN such as a SPIFFE id, a DNS SAN,
+	// the subject's common name), or a path.Match pattern of them when it
+	// holds *, ? or [ ("spiffe://example.org/ns/ci/sa/*").
+	Identity string `yaml:"identity"`
+	// Name is recorded as the actor of what the caller does. A pattern
+	// stands for many certificates, so the actor is then the name and
+	// the identity it matched: "ci (spiffe://example.org/ns/ci/sa/deploy)".
+	Name string `yaml:"name"`
+	// Role is RoleReadOnly or RoleOperator.
+	Role string `yaml:"role"`
+
+	pattern bool
+}
+
+// APIIdentities lets a request's verified TLS client certificate name its
+// caller, overriding none (certificates are not read). The server MUST
+// verify client certificates (tls.Config.ClientCAs, with ClientAuth
+// tls.VerifyClientCertIfGiven to take token-only callers as well, or
+// tls.RequireAndVerifyClientCert). The identities MUST be valid
+// (ParseAPIIdentities).
+func APIIdentities(ids []APIIdentity) Opt {
+	return optFunc(func(c *config) { c.apiIDs = ids })
+}
+
+// LoadAPIIdentities reads an API identity file: a YAML list of identity,
+// name and role.
+func LoadAPIIdentities(path string) ([]APIIdentity, error) {
+	return loadList(path, "API identities", ParseAPIIdentities)
+}
+
+// ParseAPIIdentities parses and validates an API identity file's contents.
+// Names may repeat (one caller may hold several certificates); identities
+// may not, so that one rule alone says what an identity may do.
+func ParseAPIIdentities(b []byte) ([]APIIdentity, error) {
+	ids, err := decodeList[APIIdentity](b, "API identities")
+	if err != nil {
+		return nil, err
+	}
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("%w: API identities: no identities", ErrBadConfig)
+	}
+	seen := map[string]bool{}
+	for i := range ids {
+		id := &ids[i]
+		switch {
+		case id.Identity == "":
+			return nil, fmt.Errorf("%w: API identities[%d]: identity is required", ErrBadConfig, i)
+		case seen[id.Identity]:
+			return nil, fmt.Errorf("%w: API identities[%d]: identity %q is listed twice", ErrBadConfig, i, id.Identity)
+		case id.Name == "":
+			return nil, fmt.Errorf("%w: API identities[%d] (%s): name is required", ErrBadConfig, i, id.Identity)
+		}
+		if err := checkRole(id.Role); err != nil {
+			return nil, fmt.Errorf("%w: API identities[%d] (%s): %w", ErrBadConfig, i, id.Identity, err)
+		}
+		if id.pattern = strings.ContainsAny(id.Identity, `*?[\`); id.pattern {
+			if _, err := path.Match(id.Identity, ""); err != nil {
+				return nil, fmt.Errorf("%w: API identities[%d] (%s): pattern: %w", ErrBadConfig, i, id.Identity, err)
 			}
 		}
-		if caller == nil {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="baton"`)
-			replyStatus(w, http.StatusUnauthorized, "a bearer token is required: pass --token-file or set BATON_API_TOKEN")
+		seen[id.Identity] = true
+	}
+	return ids, nil
+}
+
+// apiCaller is who a request authenticated as.
+type apiCaller struct {
+	name  string // of the token or the identity rule
+	actor string // recorded in events
+	role  string
+}
+
+// apiAuth checks the credentials of every HTTP API request.
+type apiAuth struct {
+	tokens []APIToken
+	ids    []APIIdentity
+	log    *slog.Logger
+	warned sync.Map // identities of refused certificates, logged once
+}
+
+type callerKey struct{}
+
+// wrap wraps the API: a request without credentials, or with a token the
+// API does not know, gets 401; a certificate mapped to no role, a token
+// and a certificate naming two callers, or a read-only caller's write 403.
+func (a *apiAuth) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, code, msg := a.authenticate(r)
+		if code == 0 && r.Method != http.MethodGet && r.Method != http.MethodHead && c.role != RoleOperator {
+			code, msg = http.StatusForbidden, fmt.Sprintf("%s is %s: %s %s needs the %s role", c.actor, c.role, r.Method, r.URL.Path, RoleOperator)
+		}
+		if code != 0 {
+			if code == http.StatusUnauthorized && len(a.tokens) > 0 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="baton"`)
+			}
+			replyStatus(w, code, msg)
 			return
 		}
-		if r.Method != http.MethodGet && r.Method != http.MethodHead && caller.Role != RoleOperator {
-			replyStatus(w, http.StatusForbidden, fmt.Sprintf("%s is %s: %s %s needs the %s role", caller.Name, caller.Role, r.Method, r.URL.Path, RoleOperator))
-			return
-		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, caller.Name)))
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, c.actor)))
 	})
 }
 
-// actorOf is who acts in r: the token's name when the API requires tokens,
-// else the actor the request declares ("api" if none).
+// authenticate returns r's caller, or the status and message refusing it.
+// Every credential r carries must hold: an unknown token is refused beside
+// a mapped certificate too, and a token and a certificate must name the
+// same caller, who then has the lesser of their roles. A certificate
+// counts only with identities configured.
+func (a *apiAuth) authenticate(r *http.Request) (c apiCaller, code int, msg string) {
+	var byToken, byCert *apiCaller
+	if raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+		if byToken = a.token(strings.TrimSpace(raw)); byToken == nil {
+			if len(a.tokens) == 0 {
+				return c, http.StatusUnauthorized, "this control plane takes no bearer tokens: drop --token-file and unset BATON_API_TOKEN"
+			}
+			return c, http.StatusUnauthorized, "unknown bearer token: check --token-file or BATON_API_TOKEN"
+		}
+	}
+	if cert := verifiedCert(r.TLS); cert != nil && len(a.ids) > 0 {
+		ids := certIdentities(cert)
+		if byCert = a.identity(ids); byCert == nil {
+			return c, http.StatusForbidden, a.unmapped(ids)
+		}
+	}
+	switch {
+	case byToken == nil && byCert == nil:
+		return c, http.StatusUnauthorized, a.required()
+	case byCert == nil:
+		return *byToken, 0, ""
+	case byToken == nil:
+		return *byCert, 0, ""
+	case byToken.name != byCert.name:
+		return c, http.StatusForbidden, fmt.Sprintf("the bearer token is %s's and the client certificate %s's: send one of them", byToken.name, byCert.actor)
+	}
+	c = *byCert // its actor names the identity a pattern matched
+	if byToken.role != RoleOperator {
+		c.role = byToken.role
+	}
+	return c, 0, ""
+}
+
+// token returns the caller whose token raw is, nil if none.
+func (a *apiAuth) token(raw string) *apiCaller {
+	sum := sha256.Sum256([]byte(raw))
+	var match *APIToken
+	for i := range a.tokens {
+		// Every entry is compared, so the time taken does not tell
+		// which one matched.
+		if subtle.ConstantTimeCompare(sum[:], a.tokens[i].sum) == 1 {
+			match = &a.tokens[i]
+		}
+	}
+	if match == nil {
+		return nil
+	}
+	return &apiCaller{name: match.Name, actor: match.Name, role: match.Role}
+}
+
+// identity returns the caller a certificate's identities map to, nil if
+// none. An exact identity wins over a pattern, so that a rule for one
+// certificate holds beside a pattern that covers it; between rules of a
+// kind, the first in the file wins.
+func (a *apiAuth) identity(ids []string) *apiCaller {
+	for _, patterns := range []bool{false, true} {
+		for _, rule := range a.ids {
+			if rule.pattern != patterns {
+				continue
+			}
+			for _, id := range ids {
+				ok := rule.Identity == id
+				if patterns {
+					ok, _ = path.Match(rule.Identity, id)
+				}
+				if !ok {
+					continue
+				}
+				c := &apiCaller{name: rule.Name, actor: rule.Name, role: rule.Role}
+				if patterns {
+					c.actor = rule.Name + " (" + id + ")"
+				}
+				return c
+			}
+		}
+	}
+	return nil
+}
+
+// unmapped is the refusal of a certificate whose identities map to no
+// role, logged at WARN once per certificate identity: the operator who
+// forgot a rule reads it in the log, the caller in the answer.
+func (a *apiAuth) unmapped(ids []string) string {
+	msg := "the client certificate carries no identity (URI SAN, DNS SAN or common name): no --api-identities rule can map it"
+	if len(ids) > 0 {
+		msg = fmt.Sprintf("the client certificate (%s) maps to no role: map its identity in --api-identities", strings.Join(ids, ", "))
+	}
+	if _, dup := a.warned.LoadOrStore(strings.Join(ids, ","), true); !dup && a.log != nil {
+		a.log.Warn("HTTP API caller refused: " + msg)
+	}
+	return msg
+}
+
+// required says what credentials the API takes.
+func (a *apiAuth) required() string {
+	switch {
+	case len(a.ids) == 0:
+		return "a bearer token is required: pass --token-file or set BATON_API_TOKEN"
+	case len(a.tokens) == 0:
+		return "a client certificate is required: pass --cert-file and --key-file"
+	}
+	return "a bearer token or a client certificate is required: pass --token-file or set BATON_API_TOKEN, or --cert-file and --key-file"
+}
+
+// actorOf is who acts in r: the caller's name when the API requires
+// credentials, else the actor the request declares ("api" if none).
 func actorOf(r *http.Request, declared string) string {
 	if name, ok := r.Context().Value(callerKey{}).(string); ok {
 		return name

@@ -3,6 +3,8 @@ package controlplane
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"io"
@@ -11,8 +13,12 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/internal/testcert"
+	"github.com/baton-kafka/baton/internal/testlog"
+	"github.com/baton-kafka/baton/migration"
 )
 
 func tokenSum(token string) string {
@@ -108,6 +114,228 @@ func TestParseAPITokensRefuses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		_, err := ParseAPITokens([]byte(tt.file))
+		if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: %v, want ErrBadConfig containing %q", tt.file, err, tt.want)
+		}
+	}
+}
+
+// caughtUp is a replication whose every topic is caught up, so that the
+// cutover gate opens at once.
+type caughtUp struct{ idleReplication }
+
+func (caughtUp) Lag(string) (time.Duration, error) { return 0, nil }
+
+// startHTTPS serves the API of a control plane with opts over TLS with a
+// certificate of ca, verifying the client certificates ca signed when
+// clients send one (the way `baton controlplane --http-client-ca` does).
+func startHTTPS(t *testing.T, ca testcert.CA, opts ...Opt) (*ControlPlane, *httptest.Server, *testlog.Buffer) {
+	t.Helper()
+	logs := &testlog.Buffer{}
+	cp, err := New(context.Background(), append([]Opt{WithStore(NewMemStore()), WithReplication(caughtUp{}),
+		Logger(slog.New(slog.NewTextHandler(logs, nil))),
+		Clusters(&batonv1.Cluster{Name: "source"}, &batonv1.Cluster{Name: "destination"})}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cp.Close)
+	srv := httptest.NewUnstartedServer(cp.Handler())
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{ca.Server}, ClientCAs: ca.Pool,
+		ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS12}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	return cp, srv, logs
+}
+
+// httpsClient is an API client trusting roots that presents cert (none if
+// nil) and token (none if "").
+func httpsClient(srv *httptest.Server, roots *x509.CertPool, cert *tls.Certificate, token string) *APIClient {
+	cfg := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	if cert != nil {
+		cfg.Certificates = []tls.Certificate{*cert}
+	}
+	return &APIClient{Base: srv.URL, Token: token, HTTP: &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}}}
+}
+
+// With API identities, a verified client certificate names the caller:
+// its role decides what it may do, and what it does is recorded under the
+// rule's name. A certificate that maps to no role gets 403 naming it, no
+// credentials 401; a token still works alone, and beside a certificate
+// both must hold and name one caller.
+func TestAPIIdentities(t *testing.T) {
+	t.Parallel()
+	ca, stranger := testcert.New(t), testcert.New(t)
+	tokens, err := ParseAPITokens([]byte(`
+- {name: alice, role: read-only, sha256: ` + tokenSum("alice-token") + `}
+- {name: ci-bot, role: operator, sha256: ` + tokenSum("op-secret") + `}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := ParseAPIIdentities([]byte(`
+- {identity: "spiffe://example.org/ci/*", name: ci, role: operator}
+- {identity: spiffe://example.org/ci/intern, name: intern, role: read-only}
+- {identity: spiffe://example.org/ops/alice, name: alice, role: operator}
+- {identity: dashboard.example.org, name: dashboard, role: read-only}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, srv, logs := startHTTPS(t, ca, APITokens(tokens), APIIdentities(ids))
+	ctx := context.Background()
+	for _, topic := range []string{"m-dashboard", "m-alice", "m-ci", "m-intern", "m-both"} {
+		if _, err := cp.AddTopic(ctx, TopicSpec{Name: topic}, "setup"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	alice := ca.Client(t, "alice", "spiffe://example.org/ops/alice")
+	dashboard := ca.Client(t, "", "dashboard.example.org")
+	build := ca.Client(t, "", "spiffe://example.org/ci/build-7")
+	intern := ca.Client(t, "", "spiffe://example.org/ci/intern")
+	unmapped := ca.Client(t, "mallory")
+	foreign := stranger.Client(t, "", "spiffe://example.org/ops/alice")
+
+	list := func(c *APIClient) error { _, err := c.Topics(ctx); return err }
+	migrate := func(topic string) func(c *APIClient) error {
+		return func(c *APIClient) error { _, err := c.Op(ctx, topic, "migrate", "mallory", "", ""); return err }
+	}
+	tests := []struct {
+		name   string
+		cert   *tls.Certificate
+		token  string
+		call   func(c *APIClient) error
+		status int    // 0: success; -1: no answer (the TLS handshake fails)
+		msg    string // in the refusal
+	}{
+		{"read-only identity (DNS SAN) lists", &dashboard, "", list, 0, ""},
+		{"read-only identity reads agents", &dashboard, "", func(c *APIClient) error { _, err := c.Agents(ctx); return err }, 0, ""},
+		{"read-only identity migrates", &dashboard, "", migrate("m-dashboard"), http.StatusForbidden, "dashboard is read-only: POST /v1/topics/m-dashboard/migrate needs the operator role"},
+		{"operator identity (URI SAN) migrates", &alice, "", migrate("m-alice"), 0, ""},
+		{"pattern identity migrates", &build, "", migrate("m-ci"), 0, ""},
+		{"an exact identity wins over an earlier pattern", &intern, "", migrate("m-intern"), http.StatusForbidden, "intern is read-only"},
+		{"unknown identity lists", &unmapped, "", list, http.StatusForbidden, "the client certificate (mallory) maps to no role"},
+		{"unknown identity migrates", &unmapped, "", migrate("m-alice"), http.StatusForbidden, "(mallory) maps to no role"},
+		{"unknown identity with an operator token", &unmapped, "op-secret", list, http.StatusForbidden, "(mallory) maps to no role"},
+		{"no credentials", nil, "", list, http.StatusUnauthorized, "a bearer token or a client certificate is required"},
+		{"read-only token alone lists", nil, "alice-token", list, 0, ""},
+		{"read-only token alone migrates", nil, "alice-token", migrate("m-both"), http.StatusForbidden, "alice is read-only"},
+		{"operator token alone adds", nil, "op-secret", func(c *APIClient) error { _, err := c.Add(ctx, TopicSpec{Name: "by-token"}, "x"); return err }, 0, ""},
+		{"unknown token beside a mapped certificate", &alice, "guess", list, http.StatusUnauthorized, "unknown bearer token"},
+		{"token and certificate of one caller read", &alice, "alice-token", list, 0, ""},
+		{"token and certificate of one caller: the lesser role", &alice, "alice-token", migrate("m-both"), http.StatusForbidden, "alice is read-only"},
+		{"token and certificate of two callers", &dashboard, "op-secret", list, http.StatusForbidden, "the bearer token is ci-bot's and the client certificate dashboard's"},
+		{"certificate of a CA the server does not trust", &foreign, "", list, -1, ""},
+	}
+	t.Run("calls", func(t *testing.T) {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				err := tt.call(httpsClient(srv, ca.Pool, tt.cert, tt.token))
+				var ae *APIError
+				switch {
+				case tt.status == 0:
+					if err != nil {
+						t.Fatal(err)
+					}
+				case tt.status == -1:
+					// The client sees the server's alert or its reset of
+					// the connection, whichever comes first: either way,
+					// no answer.
+					if err == nil || errors.As(err, &ae) {
+						t.Fatalf("%v, want the TLS handshake refused", err)
+					}
+				case !errors.As(err, &ae) || ae.Status != tt.status || !strings.Contains(ae.Message, tt.msg):
+					t.Fatalf("%v, want status %d with %q", err, tt.status, tt.msg)
+				}
+			})
+		}
+	})
+
+	for topic, want := range map[string]string{
+		"m-alice": "alice", "m-ci": "ci (spiffe://example.org/ci/build-7)", "m-dashboard": "", "m-intern": "", "m-both": "",
+	} {
+		evs, err := cp.Events(ctx, topic, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := ""
+		for _, e := range evs {
+			if e.Kind == EventInitiated {
+				got = e.Actor
+			}
+		}
+		if got != want {
+			t.Errorf("%s: the cutover was initiated by %q, want %q (\"\": not at all; never the declared mallory)", topic, got, want)
+		}
+	}
+	if st, err := cp.Status("by-token"); err != nil {
+		t.Errorf("the operator token's add: %v", err)
+	} else if st.State != migration.Proxy {
+		t.Errorf("by-token is %v, want PROXY", st.State)
+	}
+	if n := strings.Count(logs.String(), "HTTP API caller refused: the client certificate (mallory) maps to no role"); n != 1 {
+		t.Errorf("the unmapped certificate was logged %d times, want once:\n%s", n, logs)
+	}
+}
+
+// With identities and no tokens, a certificate is the only credential: a
+// request without one gets 401 saying so (and no Bearer challenge), and a
+// bearer token is refused rather than ignored.
+func TestAPIIdentitiesWithoutTokens(t *testing.T) {
+	t.Parallel()
+	ca := testcert.New(t)
+	ids, err := ParseAPIIdentities([]byte(`[{identity: reader, name: reader, role: read-only}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, srv, _ := startHTTPS(t, ca, APIIdentities(ids))
+	reader := ca.Client(t, "reader")
+	tests := []struct {
+		name   string
+		cert   *tls.Certificate
+		token  string
+		status int
+		msg    string
+	}{
+		{"certificate", &reader, "", http.StatusOK, ""},
+		{"nothing", nil, "", http.StatusUnauthorized, "a client certificate is required: pass --cert-file and --key-file"},
+		{"a token beside the certificate", &reader, "anything", http.StatusUnauthorized, "this control plane takes no bearer tokens"},
+	}
+	for _, tt := range tests {
+		c := httpsClient(srv, ca.Pool, tt.cert, tt.token)
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/v1/topics", nil)
+		resp, err := c.send(req)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		msg := ""
+		if resp.StatusCode != http.StatusOK {
+			msg = apiError(resp).Error()
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tt.status || !strings.Contains(msg, tt.msg) {
+			t.Errorf("%s: %d %q, want %d with %q", tt.name, resp.StatusCode, msg, tt.status, tt.msg)
+		}
+		if h := resp.Header.Get("WWW-Authenticate"); h != "" {
+			t.Errorf("%s: WWW-Authenticate %q from an API that takes no tokens", tt.name, h)
+		}
+	}
+}
+
+// A bad identity file is refused, naming the entry and the field.
+func TestParseAPIIdentitiesRefuses(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ file, want string }{
+		{``, "no identities"},
+		{`[{identity: a, name: a, role: operator, nodes: [x]}]`, "field nodes not found"},
+		{`[{name: a, role: operator}]`, "identities[0]: identity is required"},
+		{`[{identity: a, role: operator}]`, "identities[0] (a): name is required"},
+		{`[{identity: a, name: a, role: admin}]`, `identities[0] (a): role "admin"`},
+		{`[{identity: a, name: a, role: operator}, {identity: a, name: b, role: read-only}]`, `identities[1]: identity "a" is listed twice`},
+		{`[{identity: "spiffe://x/[a", name: a, role: operator}]`, `identities[0] (spiffe://x/[a): pattern`},
+	}
+	for _, tt := range tests {
+		_, err := ParseAPIIdentities([]byte(tt.file))
 		if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: %v, want ErrBadConfig containing %q", tt.file, err, tt.want)
 		}

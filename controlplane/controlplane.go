@@ -49,6 +49,7 @@ type config struct {
 	log          *slog.Logger
 	now          func() time.Time
 	apiTokens    []APIToken
+	apiIDs       []APIIdentity
 	nodeAuth     *nodeAuth
 }
 

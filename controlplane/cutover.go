@@ -156,7 +156,12 @@ func (cp *ControlPlane) setStep(ctx context.Context, name, step string) error {
 	if !ok || t.Cutover == nil {
 		return fmt.Errorf("%w: %s vanished mid-cutover", ErrUnknownTopic, name)
 	}
-	t.Cutover.Step = step
+	// A new Cutover, not a write into the old one: the Topic copies that
+	// Topics, Topic and Migrate hand out share the pointer, and are read
+	// (the HTTP API encodes them) without cp.mu.
+	co := *t.Cutover
+	co.Step = step
+	t.Cutover = &co
 	return cp.store.PutTopic(ctx, *t, cp.version)
 }
 

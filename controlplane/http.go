@@ -30,9 +30,11 @@ import (
 //
 // Errors are {"error": "..."} with 404 (unknown topic), 409 (illegal
 // transition, cutover running, gate refused, topic exists) or 400; with
-// APITokens, 401 (no known bearer token) and 403 (a read-only token's
-// write). The actor of a write is the token's name when tokens are
-// required, else the one the request declares.
+// APITokens or APIIdentities, 401 (no credentials, an unknown bearer
+// token) and 403 (a certificate mapped to no role, a token and a
+// certificate of two callers, a read-only caller's write). The actor of a
+// write is the caller's name when credentials are required, else the one
+// the request declares.
 func (cp *ControlPlane) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/topics", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, cp.Topics()) })
@@ -117,8 +119,8 @@ func (cp *ControlPlane) Handler() http.Handler {
 			}
 		}
 	})
-	if len(cp.cfg.apiTokens) > 0 {
-		return requireToken(cp.cfg.apiTokens, mux)
+	if len(cp.cfg.apiTokens) > 0 || len(cp.cfg.apiIDs) > 0 {
+		return (&apiAuth{tokens: cp.cfg.apiTokens, ids: cp.cfg.apiIDs, log: cp.log}).wrap(mux)
 	}
 	return mux
 }
@@ -164,7 +166,9 @@ func writeJSON(w http.ResponseWriter, v any) {
 
 // APIClient speaks the HTTP API (the CLI's side).
 type APIClient struct {
-	Base string // http://host:port
+	Base string // http://host:port or https://host:port
+	// HTTP sends the requests (default http.DefaultClient); its
+	// transport holds the TLS settings of an https:// Base.
 	HTTP *http.Client
 	// Token is sent as a bearer token when set (see APITokens).
 	Token string
@@ -214,13 +218,19 @@ func (c *APIClient) do(ctx context.Context, method, path string, body, out any) 
 	return json.NewDecoder(resp.Body).Decode(out)
 }
 
-// apiError reads a non-200 answer's {"error": ...}.
+// apiError reads a non-200 answer's {"error": ...}; an answer that is not
+// the API's (a proxy's, or net/http's "Client sent an HTTP request to an
+// HTTPS server") is told by its status and first line of text.
 func apiError(resp *http.Response) error {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
 	var e struct {
 		Error string `json:"error"`
 	}
-	if json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&e) != nil || e.Error == "" {
+	if json.Unmarshal(body, &e) != nil || e.Error == "" {
 		e.Error = resp.Status
+		if line, _, _ := strings.Cut(strings.TrimSpace(string(body)), "\n"); line != "" && len(line) <= 200 {
+			e.Error += ": " + line
+		}
 	}
 	return &APIError{Status: resp.StatusCode, Message: e.Error}
 }

@@ -1,21 +1,17 @@
 package controlplane
 
 import (
-	"bytes"
 	"context"
+	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"os"
 	"path"
 	"slices"
 	"strings"
 	"sync"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -54,24 +50,14 @@ func NodeIdentity(rules []NodeRule) Opt {
 // LoadNodeRules reads a node identity file: a YAML list of identity and
 // nodes.
 func LoadNodeRules(file string) ([]NodeRule, error) {
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return nil, fmt.Errorf("%w: agent identities: %w", ErrBadConfig, err)
-	}
-	rs, err := ParseNodeRules(b)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", file, err)
-	}
-	return rs, nil
+	return loadList(file, "agent identities", ParseNodeRules)
 }
 
 // ParseNodeRules parses and validates a node identity file's contents.
 func ParseNodeRules(b []byte) ([]NodeRule, error) {
-	var rs []NodeRule
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&rs); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%w: agent identities: %w", ErrBadConfig, err)
+	rs, err := decodeList[NodeRule](b, "agent identities")
+	if err != nil {
+		return nil, err
 	}
 	for i, r := range rs {
 		if r.Identity == "" {
@@ -112,13 +98,28 @@ func identities(ctx context.Context) ([]string, error) {
 	if !ok {
 		return nil, status.Error(codes.Unauthenticated, "no peer")
 	}
-	ti, ok := p.AuthInfo.(credentials.TLSInfo)
-	if !ok || len(ti.State.VerifiedChains) == 0 || len(ti.State.VerifiedChains[0]) == 0 {
+	var cert *x509.Certificate
+	if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
+		cert = verifiedCert(&ti.State)
+	}
+	if cert == nil {
 		return nil, status.Error(codes.Unauthenticated, "a verified TLS client certificate is required")
 	}
-	return certIdentities(ti.State.VerifiedChains[0][0]), nil
+	return certIdentities(cert), nil
 }
 
+// verifiedCert returns a connection's client certificate, nil unless it
+// was verified: an unverified one names whoever made it. The gRPC services
+// and the HTTP API take certificates alike through it.
+func verifiedCert(st *tls.ConnectionState) *x509.Certificate {
+	if st == nil || len(st.VerifiedChains) == 0 || len(st.VerifiedChains[0]) == 0 {
+		return nil
+	}
+	return st.VerifiedChains[0][0]
+}
+
+// certIdentities returns c's identities: its URI SANs, DNS SANs and common
+// name, in that order.
 func certIdentities(c *x509.Certificate) []string {
 	var ids []string
 	for _, u := range c.URIs {

@@ -29,6 +29,7 @@ func newControlPlaneCmd() *cobra.Command {
 		source, destination, grpcAddr, httpAddr, dataDir, endpoints, logLevel string
 		writeGuard, replPrincipal, apiTokensFile                              string
 		grpcCert, grpcKey, grpcClientCA, agentIdentities                      string
+		httpCert, httpKey, httpClientCA, apiIdentities                        string
 		apiInsecure                                                           bool
 		lease, forward, timeout                                               time.Duration
 		srcSASL, destSASL                                                     securityFlags
@@ -60,8 +61,13 @@ alter ACLs.`,
 				if tokens, err = controlplane.LoadAPITokens(apiTokensFile); err != nil {
 					return fmt.Errorf("--api-tokens-file: %w", err)
 				}
-			} else if !loopback(httpAddr) && !apiInsecure {
-				return fmt.Errorf("--http %s is reachable from the network and the API has no tokens: anyone who reaches it could migrate or abort any topic; set --api-tokens-file (docs/controlplane.md, API tokens), or --api-insecure to accept that", httpAddr)
+			}
+			httpTLS, ids, err := httpSecurity(httpCert, httpKey, httpClientCA, apiIdentities)
+			if err != nil {
+				return err
+			}
+			if err := httpGuard(log, httpAddr, len(tokens) > 0, len(ids) > 0, httpTLS != nil, apiInsecure); err != nil {
+				return err
 			}
 			grpcCreds, nodeOpts, err := grpcSecurity(grpcCert, grpcKey, grpcClientCA, agentIdentities)
 			if err != nil {
@@ -118,7 +124,7 @@ alter ACLs.`,
 			cp, err := controlplane.New(ctx, append([]controlplane.Opt{controlplane.WithStore(store), controlplane.Logger(log),
 				controlplane.WithGuard(guard),
 				controlplane.WithReplication(&controlplane.ReplicatorAdapter{R: r, Source: kadm.NewClient(scl)}),
-				controlplane.APITokens(tokens),
+				controlplane.APITokens(tokens), controlplane.APIIdentities(ids),
 				controlplane.LeaseDuration(lease), controlplane.ForwardDeadline(forward), controlplane.CutoverTimeout(timeout),
 				controlplane.Clusters(&batonv1.Cluster{Name: "source", Bootstrap: splitList(source)},
 					&batonv1.Cluster{Name: "destination", Bootstrap: splitList(destination)})}, nodeOpts...)...)
@@ -135,11 +141,17 @@ alter ACLs.`,
 			}
 			g := grpc.NewServer(append(cp.ServerOptions(), grpc.Creds(grpcCreds))...)
 			cp.Register(g)
-			hs := &http.Server{Handler: cp.Handler(), ReadHeaderTimeout: 5 * time.Second}
+			hs := &http.Server{Handler: cp.Handler(), ReadHeaderTimeout: 5 * time.Second, TLSConfig: httpTLS}
+			api := "http://" + hln.Addr().String()
+			serve := func() error { return hs.Serve(hln) }
+			if httpTLS != nil {
+				api = "https://" + hln.Addr().String()
+				serve = func() error { return hs.ServeTLS(hln, "", "") } // the certificate is in TLSConfig
+			}
 			go func() { _ = g.Serve(gln) }()
-			go func() { _ = hs.Serve(hln) }()
+			go func() { _ = serve() }()
 			go func() { _ = r.Run(ctx) }()
-			log.Info("control plane up", "grpc", gln.Addr().String(), "http", "http://"+hln.Addr().String())
+			log.Info("control plane up", "grpc", gln.Addr().String(), "http", api)
 			err = cp.Run(ctx)
 			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
@@ -163,7 +175,11 @@ alter ACLs.`,
 	f.StringVar(&grpcKey, "grpc-tls-key", "", "PEM key of --grpc-tls-cert")
 	f.StringVar(&grpcClientCA, "grpc-client-ca", "", "PEM CA bundle agents' client certificates must chain to (mTLS): an agent then may name only node ids its certificate vouches for")
 	f.StringVar(&agentIdentities, "agent-identities", "", "YAML list mapping certificate identities (URI SAN, DNS SAN or CN) to the node ids they may use (with --grpc-client-ca)")
-	f.BoolVar(&apiInsecure, "api-insecure", false, "serve the HTTP API without tokens on an address other than loopback")
+	f.StringVar(&httpCert, "http-tls-cert", "", "PEM certificate the HTTP API serves HTTPS with (with --http-tls-key)")
+	f.StringVar(&httpKey, "http-tls-key", "", "PEM key of --http-tls-cert")
+	f.StringVar(&httpClientCA, "http-client-ca", "", "PEM CA bundle that verifies the client certificates API callers send (mTLS; with --api-identities)")
+	f.StringVar(&apiIdentities, "api-identities", "", "YAML list mapping client certificate identities (URI SAN, DNS SAN or CN, exact or a pattern) to a name and a role, read-only or operator (with --http-client-ca)")
+	f.BoolVar(&apiInsecure, "api-insecure", false, "serve the HTTP API without credentials (no --api-tokens-file, no --api-identities) on an address other than loopback")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&writeGuard, "write-guard", "auto", "destination write guard: auto (ACLs if the destination has an authorizer), acl or none")
 	f.StringVar(&replPrincipal, "replicator-principal", "", `the replicator's principal on the destination, exempt from the guard (default: User:<--destination-sasl-user>, with OAUTHBEARER User:<the token's sub claim>, or User:ANONYMOUS without SASL)`)
@@ -225,14 +241,19 @@ func pickGuard(ctx context.Context, mode string, adm *kadm.Client, principal str
 // apiTokenEnv holds the HTTP API token when --token-file is not given.
 const apiTokenEnv = "BATON_API_TOKEN"
 
-// apiFlags adds --server, --token-file and -o to an operator command, and
-// returns the API client they describe.
+// apiFlags adds --server, --token-file, --ca-file, --cert-file,
+// --key-file and -o to an operator command, and returns the API client
+// they describe.
 func apiFlags(cmd *cobra.Command, output *string) func() (*controlplane.APIClient, error) {
-	var server, tokenFile string
-	cmd.PersistentFlags().StringVar(&server, "server", "http://127.0.0.1:18080", "control plane HTTP API")
-	cmd.PersistentFlags().StringVar(&tokenFile, "token-file", "", "file holding the HTTP API bearer token (default: $"+apiTokenEnv+", if set)")
-	cmd.PersistentFlags().StringVarP(output, "output", "o", "text", "text or json")
-	markAddrs(cmd.PersistentFlags(), addrURL, "server")
+	var server, tokenFile, caFile, certFile, keyFile string
+	f := cmd.PersistentFlags()
+	f.StringVar(&server, "server", "http://127.0.0.1:18080", "control plane HTTP API (https:// when it serves --http-tls-cert)")
+	f.StringVar(&tokenFile, "token-file", "", "file holding the HTTP API bearer token (default: $"+apiTokenEnv+", if set)")
+	f.StringVar(&caFile, "ca-file", "", "PEM CA bundle verifying an https:// --server (default: $"+apiCAEnv+", else the system's roots)")
+	f.StringVar(&certFile, "cert-file", "", "PEM client certificate for an https:// --server that maps certificates to callers (default: $"+apiCertEnv+"; with --key-file)")
+	f.StringVar(&keyFile, "key-file", "", "PEM key of --cert-file (default: $"+apiKeyEnv+")")
+	f.StringVarP(output, "output", "o", "text", "text or json")
+	markAddrs(f, addrURL, "server")
 	return func() (*controlplane.APIClient, error) {
 		token := os.Getenv(apiTokenEnv)
 		if tokenFile != "" {
@@ -242,7 +263,14 @@ func apiFlags(cmd *cobra.Command, output *string) func() (*controlplane.APIClien
 			}
 			token = strings.TrimSpace(string(b))
 		}
-		return &controlplane.APIClient{Base: server, Token: token}, nil
+		ca, caFlag := fromFlagOrEnv("ca-file", caFile, apiCAEnv)
+		cert, certFlag := fromFlagOrEnv("cert-file", certFile, apiCertEnv)
+		key, keyFlag := fromFlagOrEnv("key-file", keyFile, apiKeyEnv)
+		hc, err := apiHTTPClient(server, ca, cert, key, caFlag || certFlag || keyFlag)
+		if err != nil {
+			return nil, err
+		}
+		return &controlplane.APIClient{Base: server, Token: token, HTTP: hc}, nil
 	}
 }
 
@@ -267,34 +295,54 @@ func loopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// grpcSecurity returns the gRPC port's transport credentials (plaintext
-// without --grpc-tls-cert) and, with --grpc-client-ca, the node identity
-// check.
-func grpcSecurity(certFile, keyFile, clientCA, identities string) (credentials.TransportCredentials, []controlplane.Opt, error) {
+// serverTLS returns the TLS config (TLS 1.2+) of a port served with
+// --<port>-tls-cert and --<port>-tls-key, nil without them; with
+// --<port>-client-ca it verifies client certificates as auth says. idFlag
+// names the flag of the port's identity rules (agent-identities), which
+// need the client CA: identities come from verified client certificates.
+func serverTLS(port, idFlag, certFile, keyFile, clientCA, identities string, auth tls.ClientAuthType) (*tls.Config, error) {
+	p := "--" + port
 	if certFile == "" && keyFile == "" {
 		if clientCA != "" || identities != "" {
-			return nil, nil, errors.New("--grpc-client-ca and --agent-identities need --grpc-tls-cert and --grpc-tls-key")
+			return nil, fmt.Errorf("%s-client-ca and --%s need %s-tls-cert and %s-tls-key", p, idFlag, p, p)
 		}
-		return insecure.NewCredentials(), nil, nil
+		return nil, nil
 	}
 	if certFile == "" || keyFile == "" {
-		return nil, nil, errors.New("--grpc-tls-cert and --grpc-tls-key go together")
+		return nil, fmt.Errorf("%s-tls-cert and %s-tls-key go together", p, p)
 	}
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--grpc-tls-cert/--grpc-tls-key: %w", err)
+		return nil, fmt.Errorf("%s-tls-cert/%s-tls-key: %w", p, p, err)
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
 	if clientCA == "" {
 		if identities != "" {
-			return nil, nil, errors.New("--agent-identities needs --grpc-client-ca: identities come from verified client certificates")
+			return nil, fmt.Errorf("--%s needs %s-client-ca: identities come from verified client certificates", idFlag, p)
 		}
+		return cfg, nil
+	}
+	if cfg.ClientCAs, err = readCAFile(p+"-client-ca", clientCA); err != nil {
+		return nil, err
+	}
+	cfg.ClientAuth = auth
+	return cfg, nil
+}
+
+// grpcSecurity returns the gRPC port's transport credentials (plaintext
+// without --grpc-tls-cert) and, with --grpc-client-ca, the node identity
+// check. Agents must send a client certificate: it is what a node id is
+// checked against.
+func grpcSecurity(certFile, keyFile, clientCA, identities string) (credentials.TransportCredentials, []controlplane.Opt, error) {
+	cfg, err := serverTLS("grpc", "agent-identities", certFile, keyFile, clientCA, identities, tls.RequireAndVerifyClientCert)
+	switch {
+	case err != nil:
+		return nil, nil, err
+	case cfg == nil:
+		return insecure.NewCredentials(), nil, nil
+	case clientCA == "":
 		return credentials.NewTLS(cfg), nil, nil
 	}
-	if cfg.ClientCAs, err = readCAFile("--grpc-client-ca", clientCA); err != nil {
-		return nil, nil, err
-	}
-	cfg.ClientAuth = tls.RequireAndVerifyClientCert
 	var rules []controlplane.NodeRule
 	if identities != "" {
 		if rules, err = controlplane.LoadNodeRules(identities); err != nil {

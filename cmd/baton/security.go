@@ -160,23 +160,37 @@ func (s *tlsFlags) tlsConfig() (*tls.Config, error) {
 	if !s.tls && s.caFile == "" && s.certFile == "" && s.keyFile == "" && s.serverName == "" {
 		return nil, nil
 	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: s.serverName}
-	if s.caFile != "" {
-		pool, err := readCAFile("--"+s.side+"-tls-ca", s.caFile)
+	p := "--" + s.side + "-tls-"
+	cfg, err := clientTLS(namedFile{p + "ca", s.caFile}, namedFile{p + "cert", s.certFile}, namedFile{p + "key", s.keyFile})
+	if err != nil {
+		return nil, err
+	}
+	cfg.ServerName = s.serverName
+	return cfg, nil
+}
+
+// clientTLS returns a TLS client config (TLS 1.2+) verifying the server
+// with the PEM CA bundle in ca (default: the system's roots) and
+// presenting the certificate in cert and key, if named; errors name the
+// files' flags.
+func clientTLS(ca, cert, key namedFile) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if ca.file != "" {
+		pool, err := readCAFile(ca.name, ca.file)
 		if err != nil {
 			return nil, err
 		}
 		cfg.RootCAs = pool
 	}
-	if (s.certFile == "") != (s.keyFile == "") {
-		return nil, fmt.Errorf("--%s-tls-cert and --%s-tls-key go together", s.side, s.side)
+	if (cert.file == "") != (key.file == "") {
+		return nil, fmt.Errorf("%s and %s go together", cert.name, key.name)
 	}
-	if s.certFile != "" {
-		cert, err := tls.LoadX509KeyPair(s.certFile, s.keyFile)
+	if cert.file != "" {
+		c, err := tls.LoadX509KeyPair(cert.file, key.file)
 		if err != nil {
-			return nil, fmt.Errorf("--%s-tls-cert/--%s-tls-key: %w", s.side, s.side, err)
+			return nil, fmt.Errorf("%s/%s: %w", cert.name, key.name, err)
 		}
-		cfg.Certificates = []tls.Certificate{cert}
+		cfg.Certificates = []tls.Certificate{c}
 	}
 	return cfg, nil
 }

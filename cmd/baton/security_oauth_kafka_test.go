@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +21,7 @@ import (
 
 	"github.com/baton-kafka/baton/agent"
 	"github.com/baton-kafka/baton/internal/oauthtest"
+	"github.com/baton-kafka/baton/internal/testlog"
 	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/test/kafka"
 )
@@ -217,7 +216,7 @@ func TestOAuthBearerKafka(t *testing.T) {
 			t.Cleanup(cl.Close)
 			return cl
 		}
-		var rotatedLog, staleLog syncBuffer
+		var rotatedLog, staleLog testlog.Buffer
 		rotated := startAgent(t, writeToken(t, "agent-rotated", first), &rotatedLog)
 		stale := startAgent(t, writeToken(t, "agent-stale", first), &staleLog)
 		viaRotated, viaStale := through(t, rotated), through(t, stale)
@@ -276,22 +275,4 @@ func TestOAuthBearerKafka(t *testing.T) {
 			fs.EachRecord(func(r *kgo.Record) { got[string(r.Value)] = true })
 		}
 	})
-}
-
-// syncBuffer is a log destination that tests read while the logger writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

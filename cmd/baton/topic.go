@@ -34,7 +34,7 @@ func newTopicCmd() *cobra.Command {
 	var output, actor string
 	cmd := &cobra.Command{Use: "topic", Short: "Manage topics on a running control plane (add, list, status, migrate, abort)"}
 	api := apiFlags(cmd, &output)
-	cmd.PersistentFlags().StringVar(&actor, "actor", "cli", "who is acting, for the event log (ignored by a control plane that requires API tokens: it records the token's name)")
+	cmd.PersistentFlags().StringVar(&actor, "actor", "cli", "who is acting, for the event log (ignored by a control plane that requires credentials: it records the caller's name)")
 
 	printTopics := func(cmd *cobra.Command, ts []controlplane.Topic) error {
 		if output == "json" {

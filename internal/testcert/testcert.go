@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -76,8 +77,9 @@ func New(t testing.TB) CA {
 }
 
 // Client returns a client certificate the CA signed, with common name cn
-// and the URI SANs uris, valid for an hour; it fails t on error.
-func (c CA) Client(t testing.TB, cn string, uris ...string) tls.Certificate {
+// and the SANs sans, valid for an hour; it fails t on error. A SAN with a
+// scheme ("spiffe://...") is a URI SAN, any other a DNS SAN.
+func (c CA) Client(t testing.TB, cn string, sans ...string) tls.Certificate {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -86,8 +88,12 @@ func (c CA) Client(t testing.TB, cn string, uris ...string) tls.Certificate {
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
-	for _, u := range uris {
-		pu, err := url.Parse(u)
+	for _, san := range sans {
+		if !strings.Contains(san, "://") {
+			tmpl.DNSNames = append(tmpl.DNSNames, san)
+			continue
+		}
+		pu, err := url.Parse(san)
 		if err != nil {
 			t.Fatal(err)
 		}

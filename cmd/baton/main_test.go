@@ -1,0 +1,67 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"regexp"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/baton-kafka/baton/internal/testlog"
+	"github.com/baton-kafka/baton/internal/wait"
+)
+
+// batonChildEnv makes the test binary run baton's main on its arguments
+// instead of the tests (see startBaton): a command in a process of its
+// own, started with its flags and stopped by SIGTERM as an operator's is.
+const batonChildEnv = "BATON_TEST_RUN_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(batonChildEnv) == "1" {
+		main() // exits 1 on an error
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// upLine is the control plane's "control plane up" log line; its http
+// attribute is the API's URL.
+var upLine = regexp.MustCompile(`msg="control plane up" .*http=(https?://\S+)`)
+
+// startControlPlane runs `baton controlplane args...` in a process of its
+// own until the test ends, and returns its API's URL and its log.
+func startControlPlane(t *testing.T, args ...string) (api string, log *testlog.Buffer) {
+	t.Helper()
+	log = &testlog.Buffer{}
+	cmd := exec.Command(os.Args[0], append([]string{"controlplane"}, args...)...)
+	cmd.Env = append(os.Environ(), batonChildEnv+"=1")
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	wait.For(t, 2*time.Minute, "the control plane to come up", func() string {
+		select {
+		case <-exited:
+			t.Fatalf("the control plane exited:\n%s", log)
+		default:
+		}
+		if m := upLine.FindStringSubmatch(log.String()); m != nil {
+			api = m[1]
+			return ""
+		}
+		return "no \"control plane up\" yet; log:\n" + log.String()
+	})
+	return api, log
+}

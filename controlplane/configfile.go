@@ -1,0 +1,43 @@
+package controlplane
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// The control plane's access files (API tokens, API identities, agent
+// identities) are YAML lists read once at start. They are read alike so
+// that a mistake in any of them is refused alike: unknown fields are
+// errors (a misspelt "role" must not leave a caller without one), and
+// every error names the file and the entry.
+
+// loadList reads file and parses it with parse; what names the file's kind
+// ("API tokens") when it cannot be read.
+func loadList[T any](file, what string, parse func([]byte) ([]T, error)) ([]T, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrBadConfig, what, err)
+	}
+	l, err := parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	return l, nil
+}
+
+// decodeList decodes b, a YAML list of T, refusing fields T does not have.
+// An empty b is an empty list.
+func decodeList[T any](b []byte, what string) ([]T, error) {
+	var l []T
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&l); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%w: %s: %w", ErrBadConfig, what, err)
+	}
+	return l, nil
+}
