@@ -303,8 +303,11 @@ func loopback(addr string) bool {
 func serverTLS(port, idFlag, certFile, keyFile, clientCA, identities string, auth tls.ClientAuthType) (*tls.Config, error) {
 	p := "--" + port
 	if certFile == "" && keyFile == "" {
-		if clientCA != "" || identities != "" {
+		switch {
+		case idFlag != "" && (clientCA != "" || identities != ""):
 			return nil, fmt.Errorf("%s-client-ca and --%s need %s-tls-cert and %s-tls-key", p, idFlag, p, p)
+		case clientCA != "":
+			return nil, fmt.Errorf("%s-client-ca needs %s-tls-cert and %s-tls-key: client certificates are checked in a TLS handshake", p, p, p)
 		}
 		return nil, nil
 	}

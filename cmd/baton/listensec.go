@@ -19,7 +19,7 @@ import (
 // listenFlags are how producers connect to the agent:
 //
 //   - --listen-tls-cert and --listen-tls-key serve the listener with TLS;
-//     --listen-tls-client-ca then requires client certificates that CA
+//     --listen-client-ca then requires client certificates that CA
 //     signed (mTLS).
 //   - --client-sasl none (default), forward or local; --client-sasl-mechanisms
 //     narrows the mechanisms offered; --client-sasl-scram-credentials names
@@ -40,7 +40,7 @@ func (l *listenFlags) add(f stringFlags, more interface {
 }) {
 	f.StringVar(&l.certFile, "listen-tls-cert", "", "PEM certificate the listener serves TLS with (with --listen-tls-key)")
 	f.StringVar(&l.keyFile, "listen-tls-key", "", "PEM key of --listen-tls-cert")
-	f.StringVar(&l.clientCA, "listen-tls-client-ca", "", "PEM CA bundle: clients must present a certificate it signed (mTLS; needs --listen-tls-cert)")
+	f.StringVar(&l.clientCA, "listen-client-ca", "", "PEM CA bundle: clients must present a certificate it signed (mTLS; needs --listen-tls-cert)")
 	f.StringVar(&l.mode, "client-sasl", "none", "how clients authenticate with SASL: none, forward (PLAIN or OAUTHBEARER, the client's own credentials used on both clusters) or local (SCRAM against --client-sasl-scram-credentials, the agent's own identity upstream)")
 	f.StringVar(&l.mechanisms, "client-sasl-mechanisms", "", "mechanisms offered, comma-separated (default: PLAIN,OAUTHBEARER for forward; the SCRAM mechanisms with users for local)")
 	f.StringVar(&l.scramFile, "client-sasl-scram-credentials", "", "YAML list of the SCRAM users --client-sasl local accepts (see baton agent scram-credential)")
@@ -53,10 +53,6 @@ func (l *listenFlags) add(f stringFlags, more interface {
 func (l *listenFlags) clientSecurity(listen string) (agent.ClientSecurity, error) {
 	cs := agent.ClientSecurity{SASL: agent.SASLMode(l.mode), MaxSession: l.maxSession, MaxPrincipals: l.maxPrincipals}
 	switch {
-	case (l.certFile == "") != (l.keyFile == ""):
-		return cs, errors.New("--listen-tls-cert and --listen-tls-key go together")
-	case l.clientCA != "" && l.certFile == "":
-		return cs, errors.New("--listen-tls-client-ca needs --listen-tls-cert and --listen-tls-key: client certificates are checked in a TLS handshake")
 	case l.scramFile != "" && l.mode != string(agent.SASLLocal):
 		return cs, fmt.Errorf("--client-sasl-scram-credentials is for --client-sasl local, not %s", l.mode)
 	case l.mode == string(agent.SASLLocal) && l.scramFile == "":
@@ -66,19 +62,9 @@ func (l *listenFlags) clientSecurity(listen string) (agent.ClientSecurity, error
 		// the clear; a sidecar's loopback listener does not.
 		return cs, fmt.Errorf("--client-sasl forward on --listen %s needs --listen-tls-cert: clients send their passwords or tokens, which must not cross the network in the clear", listen)
 	}
-	if l.certFile != "" {
-		cert, err := tls.LoadX509KeyPair(l.certFile, l.keyFile)
-		if err != nil {
-			return cs, fmt.Errorf("--listen-tls-cert/--listen-tls-key: %w", err)
-		}
-		cs.TLS = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
-		if l.clientCA != "" {
-			pool, err := readCAFile("--listen-tls-client-ca", l.clientCA)
-			if err != nil {
-				return cs, err
-			}
-			cs.TLS.ClientCAs, cs.TLS.ClientAuth = pool, tls.RequireAndVerifyClientCert
-		}
+	var err error
+	if cs.TLS, err = serverTLS("listen", "", l.certFile, l.keyFile, l.clientCA, "", tls.RequireAndVerifyClientCert); err != nil {
+		return cs, err
 	}
 	for _, m := range strings.Split(l.mechanisms, ",") {
 		if m = strings.TrimSpace(strings.ToUpper(m)); m != "" {

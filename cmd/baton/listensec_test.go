@@ -44,7 +44,7 @@ func TestListenFlags(t *testing.T) {
 				t.Errorf("%+v, want plaintext without SASL", cs)
 			}
 		}},
-		{name: "mTLS", listen: "0.0.0.0:9093", args: append(tlsArgs, "--listen-tls-client-ca", caFile), check: func(t *testing.T, cs agent.ClientSecurity) {
+		{name: "mTLS", listen: "0.0.0.0:9093", args: append(tlsArgs, "--listen-client-ca", caFile), check: func(t *testing.T, cs agent.ClientSecurity) {
 			if cs.TLS == nil || cs.TLS.ClientAuth != tls.RequireAndVerifyClientCert || cs.TLS.ClientCAs == nil {
 				t.Errorf("TLS %+v, want client certificates required", cs.TLS)
 			}
@@ -62,7 +62,7 @@ func TestListenFlags(t *testing.T) {
 		}},
 		{name: "forward in the clear off loopback", listen: "0.0.0.0:9092", args: []string{"--client-sasl", "forward"}, wantErr: "--listen-tls-cert"},
 		{name: "cert without key", listen: "127.0.0.1:9092", args: []string{"--listen-tls-cert", certFile}, wantErr: "--listen-tls-key"},
-		{name: "client CA without TLS", listen: "127.0.0.1:9092", args: []string{"--listen-tls-client-ca", caFile}, wantErr: "--listen-tls-client-ca"},
+		{name: "client CA without TLS", listen: "127.0.0.1:9092", args: []string{"--listen-client-ca", caFile}, wantErr: "--listen-client-ca"},
 		{name: "local without users", listen: "127.0.0.1:9092", args: []string{"--client-sasl", "local"}, wantErr: "--client-sasl-scram-credentials"},
 		{name: "users without local", listen: "127.0.0.1:9092", args: []string{"--client-sasl", "forward", "--client-sasl-scram-credentials", users}, wantErr: "--client-sasl-scram-credentials"},
 		{name: "a users file that is not there", listen: "127.0.0.1:9092", args: []string{"--client-sasl", "local", "--client-sasl-scram-credentials", users + ".missing"}, wantErr: "--client-sasl-scram-credentials"},
