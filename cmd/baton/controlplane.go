@@ -20,6 +20,7 @@ import (
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/internal/keypair"
 	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/replicator"
 )
@@ -314,11 +315,14 @@ func serverTLS(port, idFlag, certFile, keyFile, clientCA, identities string, aut
 	if certFile == "" || keyFile == "" {
 		return nil, fmt.Errorf("%s-tls-cert and %s-tls-key go together", p, p)
 	}
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	// Read again at each handshake: a rotated certificate is served
+	// without a restart.
+	pair, err := keypair.New(certFile, keyFile)
 	if err != nil {
 		return nil, fmt.Errorf("%s-tls-cert/%s-tls-key: %w", p, p, err)
 	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	pair.ServerConfig(cfg)
 	if clientCA == "" {
 		if identities != "" {
 			return nil, fmt.Errorf("--%s needs %s-client-ca: identities come from verified client certificates", idFlag, p)

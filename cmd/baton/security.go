@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
@@ -16,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/baton-kafka/baton/agent"
+	"github.com/baton-kafka/baton/internal/keypair"
 	"github.com/baton-kafka/baton/internal/oauthbearer"
 )
 
@@ -186,11 +188,13 @@ func clientTLS(ca, cert, key namedFile) (*tls.Config, error) {
 		return nil, fmt.Errorf("%s and %s go together", cert.name, key.name)
 	}
 	if cert.file != "" {
-		c, err := tls.LoadX509KeyPair(cert.file, key.file)
+		// Read again at each handshake that asks for it: a rotated
+		// certificate is used without a restart.
+		r, err := keypair.New(cert.file, key.file)
 		if err != nil {
 			return nil, fmt.Errorf("%s/%s: %w", cert.name, key.name, err)
 		}
-		cfg.Certificates = []tls.Certificate{c}
+		r.ClientConfig(cfg)
 	}
 	return cfg, nil
 }
@@ -230,14 +234,9 @@ func (s *securityFlags) saslMechanism() (sasl.Mechanism, error) {
 		return nil, nil
 	}
 	// The name first: an unknown one is not a missing password.
-	var mech func(user, pass string) sasl.Mechanism
-	switch strings.ToUpper(s.mechanism) {
-	case "PLAIN":
-		mech = func(u, p string) sasl.Mechanism { return plain.Auth{User: u, Pass: p}.AsMechanism() }
-	case "SCRAM-SHA-256":
-		mech = func(u, p string) sasl.Mechanism { return scram.Auth{User: u, Pass: p}.AsSha256Mechanism() }
-	case "SCRAM-SHA-512":
-		mech = func(u, p string) sasl.Mechanism { return scram.Auth{User: u, Pass: p}.AsSha512Mechanism() }
+	name := strings.ToUpper(s.mechanism)
+	switch name {
+	case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
 	default:
 		return nil, fmt.Errorf("--%s-sasl-mechanism: %q is not PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER", s.side, s.mechanism)
 	}
@@ -252,7 +251,30 @@ func (s *securityFlags) saslMechanism() (sasl.Mechanism, error) {
 		// Caught here, not as an authentication failure on every broker.
 		return nil, fmt.Errorf("--%s-sasl-mechanism %s needs a password: --%s-sasl-password-file or $%s", s.side, s.mechanism, s.side, s.envVar())
 	}
-	return mech(s.user, pass), nil
+	// The password file is read again at each authentication (a new
+	// connection, a KIP-368 re-authentication), so a rotated password is
+	// used without a restart; while it cannot be read, or is empty
+	// mid-rotation, the last one read is.
+	var mu sync.Mutex
+	current := func() string {
+		if s.passFile == "" {
+			return pass
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if p, err := s.password(); err == nil && p != "" {
+			pass = p
+		}
+		return pass
+	}
+	user := s.user
+	switch name {
+	case "PLAIN":
+		return plain.Plain(func(context.Context) (plain.Auth, error) { return plain.Auth{User: user, Pass: current()}, nil }), nil
+	case "SCRAM-SHA-256":
+		return scram.Sha256(func(context.Context) (scram.Auth, error) { return scram.Auth{User: user, Pass: current()}, nil }), nil
+	}
+	return scram.Sha512(func(context.Context) (scram.Auth, error) { return scram.Auth{User: user, Pass: current()}, nil }), nil
 }
 
 // oauthFlagSet names the first OAUTHBEARER flag given ("oauth-token-file"),

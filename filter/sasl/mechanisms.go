@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 
 	"github.com/xdg-go/scram"
 	"go.yaml.in/yaml/v3"
@@ -173,9 +174,16 @@ func (s *scramConv) Step(_ context.Context, msg []byte) ([]byte, bool, Identity,
 
 // SCRAMCredentials are the users a SCRAM mechanism accepts: what a broker
 // stores for each (salt, iterations, stored key, server key), never the
-// password.
+// password. Loaded from a file, they are read again when the file changed
+// (checked at each authentication), so users are added or their
+// passwords rotated without a restart; a file that no longer parses keeps
+// the users last read.
 type SCRAMCredentials struct {
-	m map[[2]string]scram.StoredCredentials // by mechanism and user
+	path string
+
+	mu  sync.Mutex
+	raw []byte                                // what m was parsed from
+	m   map[[2]string]scram.StoredCredentials // by mechanism and user
 }
 
 // SCRAMCredential is one entry of a credentials file.
@@ -192,8 +200,35 @@ func (c *SCRAMCredentials) lookup(mech, user string) (scram.StoredCredentials, b
 	if c == nil {
 		return scram.StoredCredentials{}, false
 	}
+	c.refresh()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	sc, ok := c.m[[2]string{mech, user}]
 	return sc, ok
+}
+
+// refresh reads the file again if it changed.
+func (c *SCRAMCredentials) refresh() {
+	if c.path == "" {
+		return
+	}
+	b, err := os.ReadFile(c.path)
+	if err != nil {
+		return
+	}
+	c.mu.Lock()
+	same := bytes.Equal(b, c.raw)
+	c.mu.Unlock()
+	if same {
+		return
+	}
+	fresh, err := ParseSCRAMCredentials(b)
+	if err != nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.raw, c.m = b, fresh.m
 }
 
 // Has reports whether any user of mech is known.
@@ -201,6 +236,8 @@ func (c *SCRAMCredentials) Has(mech string) bool {
 	if c == nil {
 		return false
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for k := range c.m {
 		if k[0] == mech {
 			return true
@@ -216,7 +253,12 @@ func LoadSCRAMCredentials(path string) (*SCRAMCredentials, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: SCRAM credentials: %w", ErrBadConfig, err)
 	}
-	return ParseSCRAMCredentials(b)
+	c, err := ParseSCRAMCredentials(b)
+	if err != nil {
+		return nil, err
+	}
+	c.path, c.raw = path, b
+	return c, nil
 }
 
 // ParseSCRAMCredentials parses a credentials file; errors name the entry

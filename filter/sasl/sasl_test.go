@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -351,5 +353,60 @@ func TestConfigRefused(t *testing.T) {
 		if _, err := sasl.ParseSCRAMCredentials([]byte(file)); !errors.Is(err, sasl.ErrBadConfig) {
 			t.Errorf("credentials file with %s: %v, want ErrBadConfig", name, err)
 		}
+	}
+}
+
+// TestSCRAMUsersFileRotation: a user added to the file, or a password
+// changed there, counts from the next authentication on.
+func TestSCRAMUsersFileRotation(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "users.yaml")
+	write := func(pass string) {
+		t.Helper()
+		c, err := sasl.NewSCRAMCredential(sasl.ScramSHA512, "app", pass, 4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := yaml.Marshal([]sasl.SCRAMCredential{c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(file, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("old")
+	creds, err := sasl.LoadSCRAMCredentials(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := sasl.SCRAM(sasl.ScramSHA512, creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := sasl.New(sasl.Config{Mechanisms: []sasl.Mechanism{m}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	login := func(pass string) int16 {
+		t.Helper()
+		resp, _ := newConn(t, f).login(scram.Auth{User: "app", Pass: pass}.AsSha512Mechanism())
+		return resp.ErrorCode
+	}
+	if code := login("old"); code != 0 {
+		t.Fatalf("the file's password: %v", kerr.ErrorForCode(code))
+	}
+	write("new")
+	if code := login("old"); code != kerr.SaslAuthenticationFailed.Code {
+		t.Fatalf("the replaced password: %v, want SASL_AUTHENTICATION_FAILED", kerr.ErrorForCode(code))
+	}
+	if code := login("new"); code != 0 {
+		t.Fatalf("the rotated password: %v", kerr.ErrorForCode(code))
+	}
+	if err := os.WriteFile(file, []byte("{not yaml"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := login("new"); code != 0 {
+		t.Fatalf("after a broken rewrite of the file: %v, want the last users kept", kerr.ErrorForCode(code))
 	}
 }
