@@ -6,6 +6,7 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -23,6 +24,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/baton-kafka/baton/internal/testcert"
 	"github.com/baton-kafka/baton/test/embedded"
 	"github.com/baton-kafka/baton/test/kafka"
 )
@@ -55,6 +57,24 @@ func BenchmarkAgentVsDirect(b *testing.B) {
 		defer cluster.Close()
 		agentVsDirect(b, "kfake-blackhole", cluster.Bootstrap(), 1)
 	})
+	b.Run("kfake-blackhole-tls", func(b *testing.B) {
+		// TLS on every hop: client to cluster directly; client to agent
+		// (the agent terminates it) and agent to cluster.
+		ca := testcert.New(b)
+		dir := b.TempDir()
+		caFile, certFile, keyFile := ca.WriteFiles(b, dir, "server", ca.Server)
+		cluster, err := embedded.Start(embedded.Partitions(partitions), embedded.KfakeOpts(kfake.BlackholeProduce(),
+			kfake.TLS(&tls.Config{Certificates: []tls.Certificate{ca.Server}, MinVersion: tls.VersionTLS12})))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer cluster.Close()
+		agentVsDirect(b, "kfake-blackhole, TLS on every hop", cluster.Bootstrap(), 1, secured{
+			client: []kgo.Opt{kgo.DialTLSConfig(&tls.Config{RootCAs: ca.Pool, MinVersion: tls.VersionTLS12})},
+			agentArgs: []string{"--listen-tls-cert", certFile, "--listen-tls-key", keyFile,
+				"--source-tls-ca", caFile, "--destination-tls-ca", caFile},
+		})
+	})
 	b.Run("apache-kafka", func(b *testing.B) {
 		cluster, err := kafka.Start(context.Background(), kafka.Brokers(3), kafka.Dir(b.TempDir()))
 		if err != nil {
@@ -65,23 +85,38 @@ func BenchmarkAgentVsDirect(b *testing.B) {
 	})
 }
 
+// secured is how the clients and the agent reach a cluster that serves
+// TLS: the clients' options (to the cluster directly, and to the agent),
+// and the agent's flags.
+type secured struct {
+	client    []kgo.Opt
+	agentArgs []string
+}
+
 // path is one way to the cluster the benchmark measures: direct, or
 // through an agent process (pid set).
 type path struct {
 	name      string
 	addr      string
+	opts      []kgo.Opt // how a client dials addr
 	pid       int
 	mbps      float64
 	p50, p99  time.Duration
 	cpuPerGiB float64
 }
 
-func agentVsDirect(b *testing.B, name, bootstrap string, rf int16) {
-	paths := []*path{{name: "direct", addr: bootstrap}}
-	addr, pid, stop := startAgentProcess(b, buildBaton(b), bootstrap)
+func agentVsDirect(b *testing.B, name, bootstrap string, rf int16, sec ...secured) {
+	var s secured
+	if len(sec) > 0 {
+		s = sec[0]
+	}
+	paths := []*path{{name: "direct", addr: bootstrap, opts: s.client}}
+	addr, pid, stop := startAgentProcess(b, buildBaton(b), bootstrap, s.agentArgs...)
 	defer stop()
-	paths = append(paths, &path{name: "agent", addr: addr, pid: pid})
-	if bin := os.Getenv(envBaselineBin); bin != "" {
+	paths = append(paths, &path{name: "agent", addr: addr, opts: s.client, pid: pid})
+	if bin := os.Getenv(envBaselineBin); bin != "" && s.agentArgs == nil {
+		// (Not with TLS: an agent from before the listener's TLS flags
+		// would refuse them.)
 		// An agent built from another commit, measured in the same run:
 		// the before of a before-and-after (test/bench/compare.sh).
 		addr, pid, stop := startAgentProcess(b, bin, bootstrap)
@@ -92,13 +127,13 @@ func agentVsDirect(b *testing.B, name, bootstrap string, rf int16) {
 		}
 		paths = append(paths, &path{name: label, addr: addr, pid: pid})
 	}
-	createTopic(b, bootstrap, "bench", rf)
+	createTopic(b, bootstrap, "bench", rf, s.client...)
 
 	// Warm up every path (JIT on a JVM broker, connections, pools) before
 	// anything is measured, then interleave so that drift hits all alike;
 	// the agents swap places each round.
 	for _, p := range paths {
-		warmUp(b, p.addr)
+		warmUp(b, p.addr, p.opts)
 	}
 	const rounds = 2
 	order := func(round int) []*path {
@@ -114,7 +149,7 @@ func agentVsDirect(b *testing.B, name, bootstrap string, rf int16) {
 			if p.pid != 0 {
 				cpu0 = processCPU(b, p.pid)
 			}
-			t := throughput(b, p.addr)
+			t := throughput(b, p.addr, p.opts)
 			p.mbps += t.mbps / rounds
 			if p.pid != 0 {
 				p.cpuPerGiB += (processCPU(b, p.pid) - cpu0).Seconds() / (float64(t.bytes) / (1 << 30)) / rounds
@@ -123,7 +158,7 @@ func agentVsDirect(b *testing.B, name, bootstrap string, rf int16) {
 	}
 	for round := 0; round < rounds; round++ {
 		for _, p := range order(round) {
-			p50, p99 := latency(b, p.addr)
+			p50, p99 := latency(b, p.addr, p.opts)
 			p.p50, p.p99 = p.p50+p50/rounds, p.p99+p99/rounds
 		}
 	}
@@ -169,8 +204,8 @@ type tput struct {
 }
 
 // warmUp produces for a few seconds and throws the numbers away.
-func warmUp(b *testing.B, bootstrap string) {
-	cl := client(b, bootstrap)
+func warmUp(b *testing.B, bootstrap string, opts []kgo.Opt) {
+	cl := client(b, bootstrap, opts...)
 	defer cl.Close()
 	value := make([]byte, recordBytes)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -182,8 +217,8 @@ func warmUp(b *testing.B, bootstrap string) {
 }
 
 // throughput produces as fast as one client goes for runFor.
-func throughput(b *testing.B, bootstrap string) tput {
-	cl := client(b, bootstrap)
+func throughput(b *testing.B, bootstrap string, opts []kgo.Opt) tput {
+	cl := client(b, bootstrap, opts...)
 	defer cl.Close()
 	value := make([]byte, recordBytes)
 	ctx, cancel := context.WithTimeout(context.Background(), runFor)
@@ -211,8 +246,8 @@ func throughput(b *testing.B, bootstrap string) tput {
 
 // latency produces at latencyRate for runFor and returns p50 and p99 of the
 // time from Produce to ack.
-func latency(b *testing.B, bootstrap string) (time.Duration, time.Duration) {
-	cl := client(b, bootstrap, kgo.ProducerLinger(0))
+func latency(b *testing.B, bootstrap string, opts []kgo.Opt) (time.Duration, time.Duration) {
+	cl := client(b, bootstrap, append(opts, kgo.ProducerLinger(0))...)
 	defer cl.Close()
 	value := make([]byte, recordBytes)
 	var mu sync.Mutex
@@ -254,8 +289,8 @@ func client(b *testing.B, bootstrap string, opts ...kgo.Opt) *kgo.Client {
 	return cl
 }
 
-func createTopic(b *testing.B, bootstrap, topic string, rf int16) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(bootstrap, ",")...))
+func createTopic(b *testing.B, bootstrap, topic string, rf int16, opts ...kgo.Opt) {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(strings.Split(bootstrap, ",")...)}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -278,7 +313,7 @@ const (
 
 // startAgentProcess starts `baton agent` from bin in front of bootstrap, so
 // that its CPU time can be read apart from the benchmark's.
-func startAgentProcess(b *testing.B, bin, bootstrap string) (addr string, pid int, stop func()) {
+func startAgentProcess(b *testing.B, bin, bootstrap string, args ...string) (addr string, pid int, stop func()) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -286,8 +321,8 @@ func startAgentProcess(b *testing.B, bin, bootstrap string) (addr string, pid in
 	addr = ln.Addr().String()
 	ln.Close()
 	admin := os.Getenv("BATON_BENCH_AGENT_ADMIN") // e.g. 127.0.0.1:9404, to profile the agent
-	cmd := exec.Command(bin, "agent", "--listen", addr, "--admin", admin, "--log-level", "warn",
-		"--source", bootstrap, "--destination", bootstrap)
+	cmd := exec.Command(bin, append([]string{"agent", "--listen", addr, "--admin", admin, "--log-level", "warn",
+		"--source", bootstrap, "--destination", bootstrap}, args...)...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
