@@ -29,9 +29,11 @@ const (
 	envDuration     = "BATON_CHAOS_DURATION"  // producing time per run; default 40s
 	envAgentLog     = "BATON_CHAOS_AGENT_LOG" // the agents' --log-level; default info
 	defaultDuration = 40 * time.Second
-	// producerSlack is how long past its last record's due time a
-	// producer may take to get every outcome; the worst cutover (timeout
-	// 10 s) and hold (5 s) fit many times over.
+	// producerSlack is how long past its last record's due time, and past
+	// the moment the fault schedule healed (every process it stopped is
+	// back: a broker's restart on a loaded machine was seen to take 74 s),
+	// a producer may take to get every outcome; the worst cutover
+	// (timeout 10 s) and hold (5 s) fit many times over.
 	producerSlack = time.Minute
 )
 
@@ -249,6 +251,11 @@ func (s *suite) run(t *testing.T, idx int, seed uint64) history.Report {
 	var rec history.Recorder
 	producers := make([]history.Producer, len(plans))
 	var pwg sync.WaitGroup
+	// Producers stop producerSlack after the later of their last record's
+	// due time and the schedule's healing (below): a bound on a hung
+	// client, not on how fast this machine restarts a broker.
+	stopCtx, stopProducers := context.WithCancel(ctx)
+	defer stopProducers()
 	const rate = 40
 	for i, p := range plans {
 		producers[i] = history.Producer{ID: p.id, Client: p.client.Name(), Idempotent: p.idempotent, Topic: p.topic, Start: time.Now()}
@@ -257,8 +264,7 @@ func (s *suite) run(t *testing.T, idx int, seed uint64) history.Report {
 			defer pwg.Done()
 			// Producers get far longer than they need: a client that
 			// gives up on its own is the finding, not the bound.
-			pctx, cancel := context.WithTimeout(ctx, s.dur+producerSlack)
-			defer cancel()
+			pctx := stopCtx
 			cfg := clients.ProduceConfig{Bootstrap: w.listen[p.agent], Topic: p.topic,
 				Records: rate * int(s.dur/time.Second), Rate: rate, Idempotent: p.idempotent, KeyPrefix: p.id,
 				Persistent: true} // producers here are applications: an agent restart must not end them
@@ -270,7 +276,7 @@ func (s *suite) run(t *testing.T, idx int, seed uint64) history.Report {
 			})
 			producers[i].End = time.Now()
 			if err != nil && pctx.Err() != nil {
-				w.logf("producer %s still had records without an outcome %v after producing began; stopped", p.id, s.dur+producerSlack)
+				w.logf("producer %s still had records without an outcome %v after its last record was due and the faults healed; stopped", p.id, producerSlack)
 			} else if err != nil {
 				producers[i].Err = err.Error()
 				w.logf("producer %s ended with: %v", p.id, err)
@@ -279,7 +285,13 @@ func (s *suite) run(t *testing.T, idx int, seed uint64) history.Report {
 	}
 
 	w.play(ctx, sched)
-	w.logf("schedule done; waiting for producers")
+	w.logf("schedule done, every stopped process back; waiting for producers")
+	stopAt := w.start.Add(s.dur + producerSlack)
+	if healed := time.Now().Add(producerSlack); healed.After(stopAt) {
+		stopAt = healed
+	}
+	stopTimer := time.AfterFunc(time.Until(stopAt), stopProducers)
+	defer stopTimer.Stop()
 	pwg.Wait()
 	w.logf("producers done")
 
