@@ -63,7 +63,9 @@ import (
 // ssl.key.location for mTLS) and SASL PLAIN and SCRAM (sasl.mechanisms,
 // sasl.username, sasl.password). OAUTHBEARER with a given token returns
 // ErrUnsupported: librdkafka takes a token only from its refresh callback,
-// which kcat cannot set.
+// which kcat cannot set. So does SCRAM with a librdkafka before 2.6.1
+// (Debian's 2.0.2): it gets the client-final message's nonce wrong
+// (kcatSASLUsable).
 type Kcat struct {
 	// Path is the kcat binary; "" means "kcat" on PATH.
 	Path string
@@ -104,6 +106,9 @@ func (k Kcat) Produce(ctx context.Context, cfg ProduceConfig, onAck func(Ack)) e
 		return fmt.Errorf("%w: kcat: %s (%v)", ErrUnavailable, kcatInstall, err)
 	}
 	if err := kcatCodecUsable(bin, codecName(cfg.Compression)); err != nil {
+		return err
+	}
+	if err := kcatSASLUsable(bin, cfg.Security); err != nil {
 		return err
 	}
 	n, err := topicPartitions(ctx, cfg.Bootstrap, cfg.Security, cfg.Topic)
@@ -331,6 +336,26 @@ func kcatCodecUsable(bin, codec string) error {
 	}
 	return fmt.Errorf("%w: kcat: its librdkafka %d.%d.%d sends %s batches uncompressed to brokers without Produce v0 (Kafka 4.0+, kfake); fixed in librdkafka 2.11.1",
 		ErrUnsupported, v[0], v[1], v[2], codec)
+}
+
+// kcatSASLUsable returns ErrUnsupported for SCRAM with a librdkafka before
+// 2.6.1: its client-final message repeats the client's nonce in front of
+// the nonce the server sent (which already starts with it), so a server
+// that checks the nonce as RFC 5802 has it (Kafka 4, the agent) refuses
+// every authentication.
+func kcatSASLUsable(bin string, sec Security) error {
+	if sec.SASL == nil || (sec.SASL.Mechanism != MechScramSHA256 && sec.SASL.Mechanism != MechScramSHA512) {
+		return nil
+	}
+	v, err := kcatLibrdkafka(bin)
+	if err != nil {
+		return err
+	}
+	if versionAtLeast(v, [3]int{2, 6, 1}) {
+		return nil
+	}
+	return fmt.Errorf("%w: kcat: its librdkafka %d.%d.%d repeats the client nonce in SCRAM's client-final message, which Kafka 4 and the agent refuse; fixed in librdkafka 2.6.1",
+		ErrUnsupported, v[0], v[1], v[2])
 }
 
 // kcatCodecs lists the codecs the kcat on PATH applies (all of them when
