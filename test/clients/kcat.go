@@ -341,7 +341,7 @@ func kcatCodecUsable(bin, codec string) error {
 // kcatSASLUsable returns ErrUnsupported for SCRAM with a librdkafka before
 // 2.6.1: its client-final message repeats the client's nonce in front of
 // the nonce the server sent (which already starts with it), so a server
-// that checks the nonce as RFC 5802 has it (Kafka 4, the agent) refuses
+// that checks the nonce as SCRAM requires (Kafka 4, the agent) refuses
 // every authentication.
 func kcatSASLUsable(bin string, sec Security) error {
 	if sec.SASL == nil || (sec.SASL.Mechanism != MechScramSHA256 && sec.SASL.Mechanism != MechScramSHA512) {
