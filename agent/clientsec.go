@@ -205,30 +205,36 @@ type principalPair struct {
 // its principal present them: franz-go's PLAIN or OAUTHBEARER with the
 // latest credentials the source accepted, so that a re-authenticating
 // client's new token is used for new connections and upstream
-// re-authentication.
+// re-authentication. The mechanism is the latest one's too: one principal
+// may come with PLAIN (User:app) and with OAUTHBEARER (a JWT whose sub is
+// app), and a password is no token.
 type forwardedCred struct {
-	mech string
 	mu   sync.Mutex
+	mech string
 	user string
 	pass string // PLAIN's password, or OAUTHBEARER's token
 }
 
 var _ kgosasl.Mechanism = (*forwardedCred)(nil)
 
-func (c *forwardedCred) Name() string { return c.mech }
+func (c *forwardedCred) Name() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mech
+}
 
 // Authenticate implements sasl.Mechanism with the current credentials.
 func (c *forwardedCred) Authenticate(ctx context.Context, host string) (kgosasl.Session, []byte, error) {
 	c.mu.Lock()
-	user, pass := c.user, c.pass
+	mech, user, pass := c.mech, c.user, c.pass
 	c.mu.Unlock()
-	return credMechanism(c.mech, user, pass).Authenticate(ctx, host)
+	return credMechanism(mech, user, pass).Authenticate(ctx, host)
 }
 
-func (c *forwardedCred) set(pass string) {
+func (c *forwardedCred) set(mech, user, pass string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.pass = pass
+	c.mech, c.user, c.pass = mech, user, pass
 }
 
 func credMechanism(mech, user, pass string) kgosasl.Mechanism {
@@ -329,7 +335,7 @@ func (a *Agent) forward(ctx context.Context, mech, principal, user, pass string)
 		fresh.close() // another connection of the principal won the race
 	}
 	p.verified[sum] = true
-	p.cred.set(pass)
+	p.cred.set(mech, user, pass)
 	if rt.pair != p {
 		if rt.pair != nil {
 			// The sasl filter refuses another principal on

@@ -205,3 +205,34 @@ func TestClientSecurityRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestClientSASLHandshakeFromV0: with SASL on the listener the agent
+// advertises SaslHandshake from version 0, as Kafka does. librdkafka (kcat
+// 1.7.1 on librdkafka 2.0.2) uses SASL only when the broker's range holds
+// version 0 (its SASL handshake feature), and otherwise fails every
+// connection with "SASL Handshake not supported by broker": advertising
+// version 1 alone locks it out. It then sends version 1, since SaslAuthenticate
+// is advertised too.
+func TestClientSASLHandshakeFromV0(t *testing.T) {
+	t.Parallel()
+	src := aclCluster(t, "source")
+	a := quietAgent(t, agent.Source(src.ListenAddrs()...), agent.Destination(src.ListenAddrs()...),
+		agent.ListenSecurity(agent.ClientSecurity{SASL: agent.SASLForward}))
+	cl := newClient(t, a.Addr(), kgo.SASL(plain.Auth{User: "alice", Pass: "alice-secret"}.AsMechanism()))
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	resp, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[int16][2]int16{}
+	for _, k := range resp.ApiKeys {
+		got[k.ApiKey] = [2]int16{k.MinVersion, k.MaxVersion}
+	}
+	if r, ok := got[17]; !ok || r[0] != 0 || r[1] < 1 {
+		t.Errorf("SaslHandshake advertised %v (present %v), want versions 0 to at least 1", r, ok)
+	}
+	if r, ok := got[36]; !ok || r[0] != 0 {
+		t.Errorf("SaslAuthenticate advertised %v (present %v), want from version 0", r, ok)
+	}
+}

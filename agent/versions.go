@@ -89,10 +89,13 @@ func (a *Agent) computeAdvertised() map[int16]versionRange {
 		}
 	}
 	if srcV != nil && a.auth != nil {
-		// The agent answers the client's SASL itself (filter/sasl):
-		// handshake v1 only, so that authentication goes in
-		// SaslAuthenticate requests, never as raw frames.
-		out[17] = versionRange{1, 1}
+		// The agent answers the client's SASL itself (filter/sasl),
+		// serving handshake v1 only, so that authentication goes in
+		// SaslAuthenticate requests, never as raw frames. It advertises
+		// v0 to v1 all the same, as Kafka does: librdkafka uses SASL
+		// only when the range holds v0, and then sends v1 (SaslAuthenticate
+		// is advertised); a client that sent v0 is refused.
+		out[17] = versionRange{0, 1}
 		out[36] = versionRange{0, 2}
 	}
 	return out

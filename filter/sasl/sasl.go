@@ -11,7 +11,9 @@
 //     UNSUPPORTED_SASL_MECHANISM with the enabled ones, then the
 //     connection closes. Only version 1 (authentication in
 //     SaslAuthenticate requests) is served: version 0's raw tokens are
-//     refused (the agent advertises version 1 only).
+//     refused. (The agent advertises versions 0 to 1, as Kafka does:
+//     librdkafka uses SASL only when version 0 is in the range, and sends
+//     version 1 once SaslAuthenticate is advertised.)
 //   - SaslAuthenticate carries the mechanism's messages. A refusal is
 //     answered SASL_AUTHENTICATION_FAILED, then the connection closes.
 //   - Success is answered with the session's lifetime (version 1 and

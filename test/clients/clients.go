@@ -63,6 +63,11 @@ type ProduceConfig struct {
 	// agent the client knows one broker, so an agent restart is that.
 	// false (the default) keeps each client's own behaviour.
 	Persistent bool
+	// Security is how the client connects: TLS (a CA; a certificate for
+	// mTLS) and SASL (PLAIN, SCRAM-SHA-256/512 or OAUTHBEARER). The zero
+	// value is plaintext without authentication. A driver whose client
+	// cannot do what it asks returns ErrUnsupported.
+	Security Security
 }
 
 // Ack is the outcome of one record, as the client reported it.

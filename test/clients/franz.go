@@ -11,7 +11,8 @@ import (
 // Franz drives franz-go (kgo) in process, with its defaults except where
 // ProduceConfig says otherwise: acks=all, idempotence on or off, the
 // compression codec, and the sticky key partitioner (murmur2 for keyed
-// records, as Java).
+// records, as Java), and the Security: TLS (kgo.DialTLSConfig) and every
+// SASL mechanism (kgo.SASL).
 type Franz struct {
 	// Opts are appended to the driver's client options (a logger, for
 	// example); optional.
@@ -52,6 +53,11 @@ func (f Franz) Produce(ctx context.Context, cfg ProduceConfig, onAck func(Ack)) 
 	if !cfg.Idempotent {
 		opts = append(opts, kgo.DisableIdempotentWrite())
 	}
+	sec, err := cfg.Security.KgoOpts() // every mechanism and TLS
+	if err != nil {
+		return err
+	}
+	opts = append(opts, sec...)
 	opts = append(opts, f.Opts...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {

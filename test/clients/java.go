@@ -35,7 +35,10 @@ import (
 // Maven Central) if they are not cached and compiles BatonProducer with
 // javac into kafka.CacheDir()/java-driver/<hash>, reused afterwards. The
 // producer config is acks=all, enable.idempotence as asked (false set
-// explicitly when off), compression.type, and Kafka's defaults otherwise.
+// explicitly when off), compression.type, the Security (a PEM truststore;
+// a PEM keystore for mTLS; PLAIN, SCRAM or OAUTHBEARER, the latter's given
+// token served by BatonProducer.GivenToken, since Kafka's own login
+// handlers only mint or fetch tokens), and Kafka's defaults otherwise.
 // The zero value is ready to use.
 type Java struct {
 	// JavaHome is the JDK to run (its bin/java and bin/javac); "" means
@@ -89,7 +92,11 @@ func (j Java) Produce(ctx context.Context, cfg ProduceConfig, onAck func(Ack)) e
 	}
 	defer os.RemoveAll(tmp)
 	conf := filepath.Join(tmp, "producer.properties")
-	if err := os.WriteFile(conf, []byte(javaProducerConfig(cfg)), 0o644); err != nil {
+	props, err := javaProducerConfig(cfg, tmp)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(conf, []byte(props), 0o600); err != nil {
 		return fmt.Errorf("clients: java: %w", err)
 	}
 
@@ -128,16 +135,72 @@ func (j Java) Produce(ctx context.Context, cfg ProduceConfig, onAck func(Ack)) e
 	}, cfg, onAck)
 }
 
-// javaProducerConfig is the producer.properties for cfg.
-func javaProducerConfig(cfg ProduceConfig) string {
+// javaProducerConfig is the producer.properties for cfg. A client
+// certificate goes into dir as a PEM keystore (key and chain in one file,
+// as Kafka's PEM keystore reads them).
+func javaProducerConfig(cfg ProduceConfig, dir string) (string, error) {
 	var b strings.Builder
-	w := func(k, v string) { fmt.Fprintf(&b, "%s=%s\n", k, v) }
+	w := func(k, v string) { fmt.Fprintf(&b, "%s=%s\n", k, javaPropEscape(v)) }
 	w("bootstrap.servers", strings.Join(bootstrapList(cfg.Bootstrap), ","))
 	w("client.id", "baton-java")
 	w("acks", "all")
 	w("enable.idempotence", strconv.FormatBool(cfg.Idempotent))
 	w("compression.type", codecName(cfg.Compression))
-	return b.String()
+	sec := cfg.Security
+	w("security.protocol", sec.Protocol())
+	if t := sec.TLS; t != nil {
+		w("ssl.truststore.type", "PEM")
+		w("ssl.truststore.location", t.CAFile)
+		if t.CertFile != "" {
+			key, err := os.ReadFile(t.KeyFile)
+			if err != nil {
+				return "", fmt.Errorf("clients: java: TLS key: %w", err)
+			}
+			chain, err := os.ReadFile(t.CertFile)
+			if err != nil {
+				return "", fmt.Errorf("clients: java: TLS certificate: %w", err)
+			}
+			ks := filepath.Join(dir, "keystore.pem")
+			if err := os.WriteFile(ks, append(append(key, '\n'), chain...), 0o600); err != nil {
+				return "", fmt.Errorf("clients: java: %w", err)
+			}
+			w("ssl.keystore.type", "PEM")
+			w("ssl.keystore.location", ks)
+		}
+	}
+	if a := sec.SASL; a != nil {
+		w("sasl.mechanism", a.Mechanism)
+		switch a.Mechanism {
+		case MechPlain:
+			w("sasl.jaas.config", fmt.Sprintf("org.apache.kafka.common.security.plain.PlainLoginModule required username=%s password=%s;",
+				jaasQuote(a.User), jaasQuote(a.Password)))
+		case MechScramSHA256, MechScramSHA512:
+			w("sasl.jaas.config", fmt.Sprintf("org.apache.kafka.common.security.scram.ScramLoginModule required username=%s password=%s;",
+				jaasQuote(a.User), jaasQuote(a.Password)))
+		case MechOAuthBearer:
+			principal, exp := tokenClaims(a.Token)
+			w("sasl.login.callback.handler.class", "BatonProducer$GivenToken")
+			w("sasl.jaas.config", fmt.Sprintf("org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required batonToken=%s batonPrincipal=%s batonExpiresMs=%s;",
+				jaasQuote(a.Token), jaasQuote(principal), jaasQuote(strconv.FormatInt(exp.UnixMilli(), 10))))
+		default:
+			return "", fmt.Errorf("%w: java: SASL mechanism %q", ErrUnsupported, a.Mechanism)
+		}
+	}
+	return b.String(), nil
+}
+
+// javaPropEscape escapes a java.util.Properties value.
+func javaPropEscape(v string) string {
+	v = strings.NewReplacer(`\`, `\\`, "\n", `\n`, "\r", `\r`).Replace(v)
+	if strings.HasPrefix(v, " ") {
+		v = `\` + v
+	}
+	return v
+}
+
+// jaasQuote quotes a JAAS option value.
+func jaasQuote(v string) string {
+	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(v) + `"`
 }
 
 func (j Java) tool(name string) (string, error) {

@@ -22,6 +22,9 @@ import (
 // kafkajs builds in only gzip: snappy, lz4 and zstd need codec packages
 // this driver does not install, so they return ErrUnsupported. With
 // idempotence on the script sets maxInFlightRequests=1, as kafkajs requires.
+// Security: kafkajs's ssl (the CA; a certificate and key for mTLS) and sasl
+// (plain, scram-sha-256, scram-sha-512, and oauthbearer with an
+// oauthBearerProvider that hands out the given token).
 type Kafkajs struct {
 	// Node is the node binary; "" means "node" on PATH.
 	Node string
@@ -87,6 +90,7 @@ func (k Kafkajs) Produce(ctx context.Context, cfg ProduceConfig, onAck func(Ack)
 		KeyPrefix:   cfg.KeyPrefix,
 		PauseAt:     cfg.PauseAt,
 		ResumeFile:  resume,
+		Security:    newScriptSecurity(cfg.Security),
 	})
 	if err != nil {
 		return fmt.Errorf("clients: kafkajs: %w", err)

@@ -58,6 +58,14 @@ import (
 // bursts of about 1 KiB of input and their reports come with the next
 // burst or at the end; the average rate holds. Changing the topic's
 // partition count during a run breaks the mapping (the run fails).
+//
+// Security: TLS (ssl.ca.location, and ssl.certificate.location and
+// ssl.key.location for mTLS) and SASL PLAIN and SCRAM (sasl.mechanisms,
+// sasl.username, sasl.password). OAUTHBEARER with a given token returns
+// ErrUnsupported: librdkafka takes a token only from its refresh callback,
+// which kcat cannot set. So does SCRAM with a librdkafka before 2.6.1
+// (Debian's 2.0.2): it gets the client-final message's nonce wrong
+// (kcatSASLUsable).
 type Kcat struct {
 	// Path is the kcat binary; "" means "kcat" on PATH.
 	Path string
@@ -79,6 +87,13 @@ func (k Kcat) Produce(ctx context.Context, cfg ProduceConfig, onAck func(Ack)) e
 	if cfg.Headers {
 		return fmt.Errorf("%w: kcat: -H headers are the same for every record of a run, so no per-record baton-seq header", ErrUnsupported)
 	}
+	if a := cfg.Security.SASL; a != nil && a.Mechanism == MechOAuthBearer {
+		// librdkafka takes a token from its refresh callback, which a
+		// command-line tool cannot set, or mints an unsecured JWT of its
+		// own (enable.sasl.oauthbearer.unsecure.jwt) or fetches one
+		// (sasl.oauthbearer.method=oidc): never one it is given.
+		return fmt.Errorf("%w: kcat: OAUTHBEARER with a given token (librdkafka takes tokens only from its refresh callback, which kcat cannot set)", ErrUnsupported)
+	}
 	if strings.ContainsAny(cfg.KeyPrefix, "\t\n") {
 		return fmt.Errorf("%w: kcat: key prefix %q holds the driver's key or line delimiter", ErrUnsupported, cfg.KeyPrefix)
 	}
@@ -93,7 +108,10 @@ func (k Kcat) Produce(ctx context.Context, cfg ProduceConfig, onAck func(Ack)) e
 	if err := kcatCodecUsable(bin, codecName(cfg.Compression)); err != nil {
 		return err
 	}
-	n, err := topicPartitions(ctx, cfg.Bootstrap, cfg.Topic)
+	if err := kcatSASLUsable(bin, cfg.Security); err != nil {
+		return err
+	}
+	n, err := topicPartitions(ctx, cfg.Bootstrap, cfg.Security, cfg.Topic)
 	if err != nil {
 		return fmt.Errorf("clients: kcat: learning %s's partition count: %w", cfg.Topic, err)
 	}
@@ -124,6 +142,7 @@ func (k Kcat) Produce(ctx context.Context, cfg ProduceConfig, onAck func(Ack)) e
 	if cfg.Persistent {
 		args = append(args, "-E") // do not exit on "all brokers down"
 	}
+	args = append(args, kcatSecurity(cfg.Security)...)
 	args = append(args, k.extra...)
 
 	t := newAckTracker(cfg, onAck)
@@ -211,8 +230,8 @@ func uniqueStrings(ss []string) []string {
 // topicPartitions asks the cluster for topic's partition count, letting
 // the cluster auto-create the topic as a client's first produce would, and
 // waiting (up to 30 s) while the topic or its leaders are not ready.
-func topicPartitions(ctx context.Context, bootstrap, topic string) (int, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(bootstrapList(bootstrap)...), kgo.ClientID("baton-matrix-metadata"))
+func topicPartitions(ctx context.Context, bootstrap string, sec Security, topic string) (int, error) {
+	cl, err := securedKgo(ctx, bootstrap, sec, kgo.ClientID("baton-matrix-metadata"))
 	if err != nil {
 		return 0, err
 	}
@@ -249,6 +268,28 @@ func topicPartitions(ctx context.Context, bootstrap, topic string) (int, error) 
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// kcatSecurity are the librdkafka properties (-X) of sec: the security
+// protocol, the CA and the client certificate, and PLAIN or SCRAM
+// credentials (OAUTHBEARER is refused earlier).
+func kcatSecurity(sec Security) []string {
+	var args []string
+	x := func(k, v string) { args = append(args, "-X", k+"="+v) }
+	x("security.protocol", strings.ToLower(sec.Protocol()))
+	if t := sec.TLS; t != nil {
+		x("ssl.ca.location", t.CAFile)
+		if t.CertFile != "" {
+			x("ssl.certificate.location", t.CertFile)
+			x("ssl.key.location", t.KeyFile)
+		}
+	}
+	if a := sec.SASL; a != nil {
+		x("sasl.mechanisms", a.Mechanism)
+		x("sasl.username", a.User)
+		x("sasl.password", a.Password)
+	}
+	return args
 }
 
 // kcatLibVersions caches the librdkafka version of each kcat binary.
@@ -295,6 +336,26 @@ func kcatCodecUsable(bin, codec string) error {
 	}
 	return fmt.Errorf("%w: kcat: its librdkafka %d.%d.%d sends %s batches uncompressed to brokers without Produce v0 (Kafka 4.0+, kfake); fixed in librdkafka 2.11.1",
 		ErrUnsupported, v[0], v[1], v[2], codec)
+}
+
+// kcatSASLUsable returns ErrUnsupported for SCRAM with a librdkafka before
+// 2.6.1: its client-final message repeats the client's nonce in front of
+// the nonce the server sent (which already starts with it), so a server
+// that checks the nonce as SCRAM requires (Kafka 4, the agent) refuses
+// every authentication.
+func kcatSASLUsable(bin string, sec Security) error {
+	if sec.SASL == nil || (sec.SASL.Mechanism != MechScramSHA256 && sec.SASL.Mechanism != MechScramSHA512) {
+		return nil
+	}
+	v, err := kcatLibrdkafka(bin)
+	if err != nil {
+		return err
+	}
+	if versionAtLeast(v, [3]int{2, 6, 1}) {
+		return nil
+	}
+	return fmt.Errorf("%w: kcat: its librdkafka %d.%d.%d repeats the client nonce in SCRAM's client-final message, which Kafka 4 and the agent refuse; fixed in librdkafka 2.6.1",
+		ErrUnsupported, v[0], v[1], v[2])
 }
 
 // kcatCodecs lists the codecs the kcat on PATH applies (all of them when

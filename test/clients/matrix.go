@@ -46,9 +46,9 @@ func Matrix() []Client {
 // with the given partition count and replication factor, then waits (up to
 // a minute, or until ctx ends) until every broker's metadata lists the topic
 // with every partition led, so that a client dialing any broker next finds
-// it.
-func CreateTopic(ctx context.Context, bootstrap, topic string, partitions int32, replicationFactor int16) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(bootstrapList(bootstrap)...), kgo.ClientID("baton-create-topic"))
+// it. opts are added to its client's (TLS, SASL: Security.KgoOpts).
+func CreateTopic(ctx context.Context, bootstrap, topic string, partitions int32, replicationFactor int16, opts ...kgo.Opt) error {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(bootstrapList(bootstrap)...), kgo.ClientID("baton-create-topic")}, opts...)...)
 	if err != nil {
 		return fmt.Errorf("clients: creating topic %s: %w", topic, err)
 	}

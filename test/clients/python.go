@@ -12,7 +12,11 @@ import (
 // process running test/clients/python/produce.py in the virtualenv that
 // test/clients/install.sh makes, which prints one JSON line per delivery
 // callback. The callback carries the record's partition and offset, so no
-// mapping is needed. librdkafka builds in every codec.
+// mapping is needed. librdkafka builds in every codec. Security:
+// librdkafka's security.protocol, ssl.ca.location (and
+// ssl.certificate.location and ssl.key.location for mTLS) and sasl.*
+// properties; OAUTHBEARER's given token through confluent-kafka's oauth_cb,
+// with the token's sub and exp as its principal and expiry.
 type Python struct {
 	// Venv is the virtualenv; "" means $BATON_VENV, else
 	// <user cache dir>/baton/venv (~/.cache/baton/venv), as install.sh.
@@ -88,6 +92,7 @@ func (p Python) Produce(ctx context.Context, cfg ProduceConfig, onAck func(Ack))
 		KeyPrefix:   cfg.KeyPrefix,
 		PauseAt:     cfg.PauseAt,
 		ResumeFile:  resume,
+		Security:    newScriptSecurity(cfg.Security),
 	})
 	if err != nil {
 		return fmt.Errorf("clients: python: %w", err)

@@ -42,7 +42,7 @@ func checkProduceConfig(cfg ProduceConfig) error {
 	case cfg.PauseAt > 0 && cfg.Resume == nil:
 		return errors.New("clients: ProduceConfig.PauseAt is set but Resume is nil")
 	}
-	return nil
+	return cfg.Security.check()
 }
 
 // codecName is cfg.Compression with "" spelled "none".
@@ -359,6 +359,47 @@ type scriptConfig struct {
 	// waits (serving its client's callbacks) until resumeFile exists.
 	PauseAt    int    `json:"pauseAt,omitempty"`
 	ResumeFile string `json:"resumeFile,omitempty"`
+	// Security is ProduceConfig.Security; absent for plaintext without
+	// authentication.
+	Security *scriptSecurity `json:"security,omitempty"`
+}
+
+// scriptSecurity is a Security as the script drivers read it.
+type scriptSecurity struct {
+	// Protocol is Security.Protocol (PLAINTEXT, SSL, SASL_PLAINTEXT or
+	// SASL_SSL).
+	Protocol string `json:"protocol"`
+	CAFile   string `json:"caFile,omitempty"`
+	CertFile string `json:"certFile,omitempty"`
+	KeyFile  string `json:"keyFile,omitempty"`
+	// Mechanism is the SASL mechanism, "" without SASL.
+	Mechanism string `json:"mechanism,omitempty"`
+	User      string `json:"user,omitempty"`
+	Password  string `json:"password,omitempty"`
+	// Token, Principal and ExpiresMs are OAUTHBEARER's token and what
+	// tokenClaims reads of it, for clients that want them with it.
+	Token     string `json:"token,omitempty"`
+	Principal string `json:"principal,omitempty"`
+	ExpiresMs int64  `json:"expiresMs,omitempty"`
+}
+
+// newScriptSecurity is sec for a script driver, nil for the zero value.
+func newScriptSecurity(sec Security) *scriptSecurity {
+	if sec.TLS == nil && sec.SASL == nil {
+		return nil
+	}
+	s := &scriptSecurity{Protocol: sec.Protocol()}
+	if t := sec.TLS; t != nil {
+		s.CAFile, s.CertFile, s.KeyFile = t.CAFile, t.CertFile, t.KeyFile
+	}
+	if a := sec.SASL; a != nil {
+		s.Mechanism, s.User, s.Password, s.Token = a.Mechanism, a.User, a.Password, a.Token
+		if a.Mechanism == MechOAuthBearer {
+			principal, exp := tokenClaims(a.Token)
+			s.Principal, s.ExpiresMs = principal, exp.UnixMilli()
+		}
+	}
+	return s
 }
 
 // resumeFile is how a child-process driver learns that a paused run

@@ -6,13 +6,17 @@ import (
 	"strconv"
 
 	"github.com/IBM/sarama"
+	"github.com/xdg-go/scram"
 )
 
 // Sarama drives IBM/sarama's AsyncProducer in process, with sarama's
 // defaults (protocol version, hash partitioner, retries) except where
 // ProduceConfig says otherwise: acks=all (WaitForAll), idempotence on
 // (which sarama requires to come with Net.MaxOpenRequests=1) or off, and the
-// compression codec.
+// compression codec; and the Security: Net.TLS, and Net.SASL with every
+// mechanism (SCRAM through xdg-go/scram, which sarama leaves to the
+// application; OAUTHBEARER through a TokenProvider that hands out the
+// given token).
 type Sarama struct {
 	// Config, when set, is the base configuration (copied, then the fields
 	// above overridden); optional.
@@ -61,6 +65,9 @@ func (s Sarama) Produce(ctx context.Context, cfg ProduceConfig, onAck func(Ack))
 	}
 	if cfg.Compression == "zstd" && !conf.Version.IsAtLeast(sarama.V2_1_0_0) {
 		conf.Version = sarama.V2_1_0_0
+	}
+	if err := saramaSecurity(conf, cfg.Security); err != nil {
+		return err
 	}
 	p, err := sarama.NewAsyncProducer(bootstrapList(cfg.Bootstrap), conf)
 	if err != nil {
@@ -148,3 +155,63 @@ func (s Sarama) Produce(ctx context.Context, cfg ProduceConfig, onAck func(Ack))
 	}
 	return nil
 }
+
+// saramaSecurity sets conf's Net.TLS and Net.SASL as sec says.
+func saramaSecurity(conf *sarama.Config, sec Security) error {
+	if sec.TLS != nil {
+		tc, err := sec.TLS.Config()
+		if err != nil {
+			return err
+		}
+		conf.Net.TLS.Enable, conf.Net.TLS.Config = true, tc
+	}
+	a := sec.SASL
+	if a == nil {
+		return nil
+	}
+	conf.Net.SASL.Enable = true
+	conf.Net.SASL.Handshake = true
+	conf.Net.SASL.Version = sarama.SASLHandshakeV1 // SaslAuthenticate, which the agent requires
+	conf.Net.SASL.User, conf.Net.SASL.Password = a.User, a.Password
+	switch a.Mechanism {
+	case MechPlain:
+		conf.Net.SASL.Mechanism = sarama.SASLTypePlaintext
+	case MechScramSHA256:
+		conf.Net.SASL.Mechanism = sarama.SASLTypeSCRAMSHA256
+		conf.Net.SASL.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return &saramaSCRAM{gen: scram.SHA256} }
+	case MechScramSHA512:
+		conf.Net.SASL.Mechanism = sarama.SASLTypeSCRAMSHA512
+		conf.Net.SASL.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return &saramaSCRAM{gen: scram.SHA512} }
+	case MechOAuthBearer:
+		conf.Net.SASL.Mechanism = sarama.SASLTypeOAuth
+		conf.Net.SASL.TokenProvider = saramaToken(a.Token)
+	default:
+		return fmt.Errorf("%w: sarama: SASL mechanism %q", ErrUnsupported, a.Mechanism)
+	}
+	return nil
+}
+
+// saramaToken is a sarama.AccessTokenProvider of one token.
+type saramaToken string
+
+func (t saramaToken) Token() (*sarama.AccessToken, error) {
+	return &sarama.AccessToken{Token: string(t)}, nil
+}
+
+// saramaSCRAM is sarama's SCRAMClient on xdg-go/scram.
+type saramaSCRAM struct {
+	gen  scram.HashGeneratorFcn
+	conv *scram.ClientConversation
+}
+
+func (s *saramaSCRAM) Begin(user, pass, authzID string) error {
+	c, err := s.gen.NewClient(user, pass, authzID)
+	if err != nil {
+		return err
+	}
+	s.conv = c.NewConversation()
+	return nil
+}
+
+func (s *saramaSCRAM) Step(challenge string) (string, error) { return s.conv.Step(challenge) }
+func (s *saramaSCRAM) Done() bool                            { return s.conv.Done() }

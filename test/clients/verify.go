@@ -37,18 +37,19 @@ const maxProblems = 20
 // share a topic when their prefixes differ. Verify reads each partition
 // from its start offset to the end offset it lists first, so produce before
 // calling it. The error lists the first problems found and how many there
-// are.
-func Verify(ctx context.Context, bootstrap, topic string, acks []Ack, cfg ProduceConfig) error {
-	return verify(ctx, bootstrap, topic, "", acks, cfg)
+// are. opts are added to the consumer's (a secured cluster's TLS and SASL:
+// Security.KgoOpts).
+func Verify(ctx context.Context, bootstrap, topic string, acks []Ack, cfg ProduceConfig, opts ...kgo.Opt) error {
+	return verify(ctx, bootstrap, topic, "", acks, cfg, opts...)
 }
 
 // verify is Verify that, when client is set, also wants baton-client to be
 // exactly client.
-func verify(ctx context.Context, bootstrap, topic, client string, acks []Ack, cfg ProduceConfig) error {
+func verify(ctx context.Context, bootstrap, topic, client string, acks []Ack, cfg ProduceConfig, opts ...kgo.Opt) error {
 	if cfg.Records < 1 {
 		return fmt.Errorf("clients: verify: cfg.Records must be at least 1, got %d", cfg.Records)
 	}
-	recs, err := ReadTopic(ctx, bootstrap, topic)
+	recs, err := ReadTopic(ctx, bootstrap, topic, opts...)
 	if err != nil {
 		return fmt.Errorf("clients: verify: reading %s back: %w", topic, err)
 	}
@@ -226,10 +227,11 @@ func headerValues(r *kgo.Record) map[string][]string {
 }
 
 // ReadTopic reads every partition of topic from its start offset to the
-// end offset listed when it begins.
-func ReadTopic(ctx context.Context, bootstrap, topic string) (map[Position]*kgo.Record, error) {
+// end offset listed when it begins. opts are added to its clients' (TLS,
+// SASL).
+func ReadTopic(ctx context.Context, bootstrap, topic string, opts ...kgo.Opt) (map[Position]*kgo.Record, error) {
 	seeds := bootstrapList(bootstrap)
-	adm, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ClientID("baton-verify"))
+	adm, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(seeds...), kgo.ClientID("baton-verify")}, opts...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -257,11 +259,11 @@ func ReadTopic(ctx context.Context, bootstrap, topic string) (map[Position]*kgo.
 		return recs, nil
 	}
 
-	cl, err := kgo.NewClient(
+	cl, err := kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(seeds...),
 		kgo.ClientID("baton-verify"),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}),
-	)
+	}, opts...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -201,9 +201,10 @@ func (f crcFilter) OnResponse(_ context.Context, x *filter.Exchange) filter.Stat
 
 // storedBatches reads every batch of topic from the source's partition
 // leaders with raw Fetch requests (a consumer would hide the CRCs) and
-// returns each partition's batch CRCs in offset order.
-func storedBatches(ctx context.Context, bootstrap, topic string) (map[int32][]uint32, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(bootstrap, ",")...), kgo.ClientID("baton-e2e-raw-fetch"))
+// returns each partition's batch CRCs in offset order. opts are added to its
+// client's (a secured source's TLS and SASL).
+func storedBatches(ctx context.Context, bootstrap, topic string, opts ...kgo.Opt) (map[int32][]uint32, error) {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(strings.Split(bootstrap, ",")...), kgo.ClientID("baton-e2e-raw-fetch")}, opts...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -312,7 +313,7 @@ func storedBatches(ctx context.Context, bootstrap, topic string) (map[int32][]ui
 // acknowledged is stored (compareCRCs).
 func checkCRCs(t *testing.T, ctx context.Context, e *env, topic string) {
 	t.Helper()
-	stored, err := storedBatches(ctx, e.source, topic)
+	stored, err := storedBatches(ctx, e.source, topic, e.sourceOpts...)
 	if err != nil {
 		t.Fatalf("reading raw batches of %s from the %s source: %v", topic, e.name, err)
 	}

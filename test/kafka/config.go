@@ -63,9 +63,11 @@ func serverProperties(cfg config, nodes []Node, nd Node) string {
 	return b.String()
 }
 
-// escapeProp escapes a java.util.Properties value.
+// escapeProp escapes a java.util.Properties value: backslashes, line
+// breaks (a PEM certificate or key given inline, ssl.keystore.key) and a
+// leading space.
 func escapeProp(v string) string {
-	r := strings.NewReplacer(`\`, `\\`)
+	r := strings.NewReplacer(`\`, `\\`, "\n", `\n`, "\r", `\r`)
 	v = r.Replace(v)
 	if strings.HasPrefix(v, " ") {
 		v = `\` + v

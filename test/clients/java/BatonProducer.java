@@ -13,8 +13,9 @@
 //        --topic T --records N [--rate R] [--key-prefix P] [--headers]
 //        [--client NAME] [--pause-at N --resume-file FILE]
 //
-// The producer config file carries bootstrap.servers, acks, idempotence and
-// compression. Record i has key P-i, value "value of P-i" and, with
+// The producer config file carries bootstrap.servers, acks, idempotence,
+// compression and the security settings (GivenToken below serves an
+// OAUTHBEARER token the driver was given). Record i has key P-i, value "value of P-i" and, with
 // --headers, the headers baton-client=NAME and baton-seq=i. Every record is
 // reported exactly once, whether its send callback fires or send() throws.
 // With --pause-at, records from N on wait until FILE exists (paced again
@@ -31,11 +32,18 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Paths;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.List;
+import java.util.Map;
 import java.util.Properties;
+import java.util.Set;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicIntegerArray;
 import java.util.concurrent.locks.LockSupport;
+
+import javax.security.auth.callback.Callback;
+import javax.security.auth.callback.UnsupportedCallbackException;
+import javax.security.auth.login.AppConfigurationEntry;
 
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
@@ -43,6 +51,10 @@ import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.internals.RecordHeader;
+import org.apache.kafka.common.security.auth.AuthenticateCallbackHandler;
+import org.apache.kafka.common.security.auth.SaslExtensionsCallback;
+import org.apache.kafka.common.security.oauthbearer.OAuthBearerToken;
+import org.apache.kafka.common.security.oauthbearer.OAuthBearerTokenCallback;
 import org.apache.kafka.common.serialization.StringSerializer;
 
 public final class BatonProducer {
@@ -165,6 +177,56 @@ public final class BatonProducer {
             out.println(b);
             out.flush();
         }
+    }
+
+    /**
+     * GivenToken is the login callback handler of OAUTHBEARER with a token
+     * the driver was given (sasl.login.callback.handler.class): Kafka's
+     * own handlers mint an unsecured JWT or fetch one from an endpoint,
+     * never take one as it is. The JAAS options batonToken, batonPrincipal
+     * and batonExpiresMs carry the token and what the driver read of it.
+     */
+    public static final class GivenToken implements AuthenticateCallbackHandler {
+        private String token, principal;
+        private long expiresMs;
+
+        @Override
+        public void configure(Map<String, ?> configs, String mechanism, List<AppConfigurationEntry> entries) {
+            for (AppConfigurationEntry e : entries) {
+                Map<String, ?> o = e.getOptions();
+                if (o.get("batonToken") != null) {
+                    token = (String) o.get("batonToken");
+                    principal = (String) o.get("batonPrincipal");
+                    expiresMs = Long.parseLong((String) o.get("batonExpiresMs"));
+                }
+            }
+            if (token == null) {
+                throw new IllegalArgumentException("BatonProducer.GivenToken: no batonToken option in sasl.jaas.config");
+            }
+        }
+
+        @Override
+        public void handle(Callback[] callbacks) throws UnsupportedCallbackException {
+            for (Callback c : callbacks) {
+                if (c instanceof OAuthBearerTokenCallback) {
+                    final long start = System.currentTimeMillis();
+                    ((OAuthBearerTokenCallback) c).token(new OAuthBearerToken() {
+                        @Override public String value() { return token; }
+                        @Override public Set<String> scope() { return Collections.emptySet(); }
+                        @Override public long lifetimeMs() { return expiresMs; }
+                        @Override public String principalName() { return principal; }
+                        @Override public Long startTimeMs() { return start; }
+                    });
+                } else if (c instanceof SaslExtensionsCallback) {
+                    // no extensions
+                } else {
+                    throw new UnsupportedCallbackException(c);
+                }
+            }
+        }
+
+        @Override
+        public void close() {}
     }
 
     private static void quote(StringBuilder b, String s) {

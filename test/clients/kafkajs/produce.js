@@ -6,8 +6,9 @@
 //
 // Usage: node produce.js '<json config>' where the config has client,
 // bootstrap, topic, records, rate, idempotent, compression, headers,
-// keyPrefix and, for a paused run, pauseAt and resumeFile: records from
-// pauseAt on wait until resumeFile exists.
+// keyPrefix, for a paused run, pauseAt and resumeFile (records from pauseAt
+// on wait until resumeFile exists) and, optionally, security (see
+// securityConfig).
 //
 // kafkajs's send() answers one baseOffset per partition, not per record.
 // Records go out in sequential send() calls (never two at once: the
@@ -74,11 +75,43 @@ const createPartitioner = () => {
   }
 }
 
+// securityConfig is kafkajs's ssl and sasl for the config's security
+// (absent: none): TLS with a CA and, for mTLS, a client certificate; SASL
+// PLAIN, SCRAM or OAUTHBEARER, whose given token oauthBearerProvider hands
+// out.
+function securityConfig(sec) {
+  if (!sec) return {}
+  const out = {}
+  if (sec.caFile) {
+    out.ssl = { ca: [fs.readFileSync(sec.caFile, 'utf8')], rejectUnauthorized: true }
+    if (sec.certFile) {
+      out.ssl.cert = fs.readFileSync(sec.certFile, 'utf8')
+      out.ssl.key = fs.readFileSync(sec.keyFile, 'utf8')
+    }
+  }
+  switch (sec.mechanism || '') {
+    case '':
+      break
+    case 'PLAIN':
+    case 'SCRAM-SHA-256':
+    case 'SCRAM-SHA-512':
+      out.sasl = { mechanism: sec.mechanism.toLowerCase(), username: sec.user, password: sec.password }
+      break
+    case 'OAUTHBEARER':
+      out.sasl = { mechanism: 'oauthbearer', oauthBearerProvider: async () => ({ value: sec.token }) }
+      break
+    default:
+      fail(`SASL mechanism ${sec.mechanism} is not built into kafkajs`)
+  }
+  return out
+}
+
 const kafka = new Kafka({
   clientId: `baton-${cfg.client || 'kafkajs'}`,
   brokers: String(cfg.bootstrap).split(',').filter(Boolean),
   logLevel: logLevel.WARN,
   logCreator,
+  ...securityConfig(cfg.security),
 })
 const producerConfig = { createPartitioner, idempotent: !!cfg.idempotent }
 if (cfg.idempotent) producerConfig.maxInFlightRequests = 1

@@ -7,9 +7,9 @@ JSON line per delivery callback on stdout:
 {"seq":N,"key":K,"error":E} on failure. Logs go to stderr.
 
 Usage: produce.py '<json config>' where the config has client, bootstrap,
-topic, records, rate, idempotent, compression, headers, keyPrefix and, for a
-paused run, pauseAt and resumeFile: records from pauseAt on wait until
-resumeFile exists.
+topic, records, rate, idempotent, compression, headers, keyPrefix, for a
+paused run, pauseAt and resumeFile (records from pauseAt on wait until
+resumeFile exists) and, optionally, security (see security_config).
 """
 
 import json
@@ -28,6 +28,33 @@ except ImportError as e:  # the venv is missing or incomplete
     sys.exit(3)
 
 
+def security_config(sec):
+    """librdkafka properties for the config's security (absent: none):
+    TLS with a CA and, for mTLS, a client certificate; SASL PLAIN, SCRAM or
+    OAUTHBEARER, whose given token oauth_cb hands out with its principal and
+    expiry."""
+    if not sec:
+        return {}
+    conf = {"security.protocol": sec["protocol"].lower()}
+    if sec.get("caFile"):
+        conf["ssl.ca.location"] = sec["caFile"]
+    if sec.get("certFile"):
+        conf["ssl.certificate.location"] = sec["certFile"]
+        conf["ssl.key.location"] = sec["keyFile"]
+    mech = sec.get("mechanism")
+    if mech:
+        conf["sasl.mechanisms"] = mech
+        if mech == "OAUTHBEARER":
+            token = sec["token"]
+            expires = sec["expiresMs"] / 1000.0
+            principal = sec.get("principal") or "baton"
+            conf["oauth_cb"] = lambda _config: (token, expires, principal)
+        else:
+            conf["sasl.username"] = sec["user"]
+            conf["sasl.password"] = sec["password"]
+    return conf
+
+
 def main() -> int:
     if len(sys.argv) != 2:
         print("usage: produce.py <json config>", file=sys.stderr)
@@ -43,16 +70,16 @@ def main() -> int:
     def on_error(err):
         print(f"produce.py: client error: {err}", file=sys.stderr, flush=True)
 
-    producer = Producer(
-        {
-            "bootstrap.servers": cfg["bootstrap"],
-            "client.id": f"baton-{client}",
-            "acks": "all",
-            "enable.idempotence": bool(cfg.get("idempotent")),
-            "compression.type": cfg.get("compression") or "none",
-            "error_cb": on_error,
-        }
-    )
+    conf = {
+        "bootstrap.servers": cfg["bootstrap"],
+        "client.id": f"baton-{client}",
+        "acks": "all",
+        "enable.idempotence": bool(cfg.get("idempotent")),
+        "compression.type": cfg.get("compression") or "none",
+        "error_cb": on_error,
+    }
+    conf.update(security_config(cfg.get("security")))
+    producer = Producer(conf)
 
     def delivery(seq, key):
         def cb(err, msg):
