@@ -307,7 +307,7 @@ func (a *Agent) forward(ctx context.Context, mech, principal, user, pass string)
 	default:
 		probe := upstream.New(upstream.Config{
 			Name: "source", Bootstrap: a.cfg.source, PoolSize: 1, DialTimeout: 10 * time.Second,
-			ReadTimeout: time.Minute, Log: a.log,
+			ReadTimeout: time.Minute, Log: a.log, Forwarded: true,
 			Security: upstream.Security{TLS: a.cfg.srcSec.TLS, SASL: credMechanism(mech, user, pass)},
 		})
 		err := checkUpstream(ctx, probe)
@@ -368,7 +368,7 @@ func (a *Agent) newPrincipalPair(principal, mech, user, pass string) *principalP
 	mk := func(name string, bootstrap []string, sec Security) *upstream.Cluster {
 		return upstream.New(upstream.Config{
 			Name: name, Bootstrap: bootstrap, PoolSize: a.cfg.upstreamConns,
-			DialTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second, Log: a.log.With("principal", principal),
+			DialTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second, Log: a.log.With("principal", principal), Forwarded: true,
 			Security: upstream.Security{TLS: sec.TLS, SASL: cred},
 		})
 	}

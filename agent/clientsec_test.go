@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,6 +109,54 @@ func TestClientCredentialsForwarded(t *testing.T) {
 	anon := newClient(t, a.Addr(), kgo.RecordDeliveryTimeout(5*time.Second), kgo.RequestRetries(1))
 	if err := produceOne(anon, "shared"); err == nil {
 		t.Fatal("a client without SASL produced through an agent that requires it")
+	}
+}
+
+// TestClientPasswordRefusedIsNotTheAgents: with SASL forward, a client
+// whose password the source refuses is the client's problem, which the
+// client SASL filter reports ("client SASL authentication refused"). The
+// agent must not say, let alone at every attempt, that the source is
+// unreachable, or that the brokers refused its own SASL authentication and
+// its password file is to be checked: the source answers the agent, its
+// own credentials are fine, and an operator following that advice looks
+// in the wrong place.
+func TestClientPasswordRefusedIsNotTheAgents(t *testing.T) {
+	t.Parallel()
+	src, dst := aclCluster(t, "source"), aclCluster(t, "destination")
+	logs := &logRecorder{}
+	own := agent.Security{SASL: plain.Auth{User: "admin", Pass: "admin-secret"}.AsMechanism()}
+	a, err := agent.New(agent.Listen("127.0.0.1:0"), agent.Logger(slog.New(logs)),
+		agent.Source(src.ListenAddrs()...), agent.Destination(dst.ListenAddrs()...),
+		agent.SourceSecurity(own), agent.DestinationSecurity(own),
+		agent.ListenSecurity(agent.ClientSecurity{SASL: agent.SASLForward}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, a)
+	as := func(pass string) *kgo.Client {
+		return newClient(t, a.Addr(), kgo.SASL(plain.Auth{User: "alice", Pass: pass}.AsMechanism()),
+			kgo.RecordDeliveryTimeout(10*time.Second), kgo.RequestRetries(2))
+	}
+	// A wrong password for a principal the agent does not know yet, then
+	// for one it forwards for already.
+	if err := produceOne(as("not-her-password"), "shared"); !errors.Is(err, kerr.SaslAuthenticationFailed) {
+		t.Fatalf("a password the source refuses: %v, want SASL_AUTHENTICATION_FAILED", err)
+	}
+	if err := produceOne(as("alice-secret"), "shared"); err != nil {
+		t.Fatalf("alice with her password: %v", err)
+	}
+	if err := produceOne(as("still-not-her-password"), "shared"); !errors.Is(err, kerr.SaslAuthenticationFailed) {
+		t.Fatalf("a password the source refuses, for a principal forwarded already: %v, want SASL_AUTHENTICATION_FAILED", err)
+	}
+	if n := logs.count(slog.LevelWarn, "client SASL authentication refused"); n == 0 {
+		t.Error("no WARN that a client's SASL authentication was refused")
+	}
+	// The source answered the agent throughout: what it refused was a
+	// client's password. (Apache Kafka answers SASL_AUTHENTICATION_FAILED,
+	// and the WARN blamed the agent's own credentials; kfake closes the
+	// connection, and the WARN said no broker was up.)
+	if bad := logs.matching(slog.LevelWarn, "source cluster unreachable"); len(bad) > 0 {
+		t.Errorf("%d WARN records say the source is unreachable, about clients' wrong passwords:\n%s", len(bad), strings.Join(bad, "\n"))
 	}
 }
 

@@ -50,6 +50,19 @@ func (l *logRecorder) count(level slog.Level, s string) int {
 	return n
 }
 
+// matching returns the records at level whose message contains s.
+func (l *logRecorder) matching(level slog.Level, s string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, r := range l.recs {
+		if strings.HasPrefix(r, level.String()+" ") && strings.Contains(r, s) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // freePort returns a loopback port nothing listens on now.
 func freePort(t *testing.T) int {
 	t.Helper()

@@ -513,10 +513,11 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	return sum
 }
 
-// startKafkaAsync starts an Apache Kafka cluster in the background and
-// returns a function that waits for it (failing the calling test if it did
-// not come up). The cluster stops with t.
-func startKafkaAsync(t *testing.T, brokers int) func(t *testing.T) *kafka.Cluster {
+// startKafkaAsync starts an Apache Kafka cluster of brokers nodes with
+// opts in the background and returns a function that waits for it
+// (failing the calling test if it did not come up). The cluster stops with
+// t.
+func startKafkaAsync(t *testing.T, brokers int, opts ...kafka.Opt) func(t *testing.T) *kafka.Cluster {
 	dir := t.TempDir()
 	var (
 		c   *kafka.Cluster
@@ -527,7 +528,7 @@ func startKafkaAsync(t *testing.T, brokers int) func(t *testing.T) *kafka.Cluste
 	go func() {
 		defer close(ready)
 		defer cancel()
-		c, err = kafka.Start(ctx, kafka.Brokers(brokers), kafka.Dir(dir))
+		c, err = kafka.Start(ctx, append(append([]kafka.Opt(nil), opts...), kafka.Brokers(brokers), kafka.Dir(dir))...)
 	}()
 	t.Cleanup(func() {
 		<-ready
@@ -535,10 +536,10 @@ func startKafkaAsync(t *testing.T, brokers int) func(t *testing.T) *kafka.Cluste
 			return
 		}
 		if t.Failed() {
-			t.Logf("destination kafka in %s, log tail:\n%s", c.Dir(), c.LogTail(40))
+			t.Logf("kafka in %s, log tail:\n%s", c.Dir(), c.LogTail(40))
 		}
 		if err := c.Stop(); err != nil {
-			t.Errorf("stopping the destination kafka: %v", err)
+			t.Errorf("stopping kafka in %s: %v", c.Dir(), err)
 		}
 	})
 	return func(t *testing.T) *kafka.Cluster {
@@ -549,7 +550,7 @@ func startKafkaAsync(t *testing.T, brokers int) func(t *testing.T) *kafka.Cluste
 			t.Fatal(t.Context().Err())
 		}
 		if err != nil {
-			t.Fatalf("starting a %d-broker Apache Kafka destination: %v", brokers, err)
+			t.Fatalf("starting a %d-broker Apache Kafka: %v", brokers, err)
 		}
 		return c
 	}

@@ -3,20 +3,15 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"encoding/pem"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -27,7 +22,6 @@ import (
 	"github.com/baton-kafka/baton/filter/sasl"
 	"github.com/baton-kafka/baton/internal/oauthtest"
 	"github.com/baton-kafka/baton/internal/testcert"
-	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/test/clients"
 	"github.com/baton-kafka/baton/test/kafka"
@@ -132,9 +126,6 @@ const (
 	localSCRAMPassword = "app-scram-pw"
 )
 
-// securedPasswords are the SASL PLAIN users of both clusters.
-var securedPasswords = map[string]string{"admin": "admin-pw", "app": "app-pw", "other": "other-pw", "agent": "agent-pw"}
-
 // secured is TestSecuredEveryClient's clusters and agents.
 type secured struct {
 	ca                        testcert.CA
@@ -148,10 +139,6 @@ type secured struct {
 	listenTLS                 *tls.Config    // the agents' listener certificate
 }
 
-func plainAs(user string) kgo.Opt {
-	return kgo.SASL(plain.Auth{User: user, Pass: securedPasswords[user]}.AsMechanism())
-}
-
 // startSecured starts the clusters, grants the ACLs, waits until every
 // broker enforces them, and starts both agents. Everything stops with t.
 func startSecured(t *testing.T) *secured {
@@ -162,39 +149,8 @@ func startSecured(t *testing.T) *secured {
 	s := &secured{ca: ca, caFile: caFile, certFile: certFile, keyFile: keyFile,
 		clusterTLS: &tls.Config{RootCAs: ca.Pool, MinVersion: tls.VersionTLS12}}
 
-	srvCert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Server.Certificate[0]})
-	der, err := x509.MarshalPKCS8PrivateKey(ca.Server.PrivateKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srvKey := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
-	var users strings.Builder
-	for u, p := range securedPasswords {
-		fmt.Fprintf(&users, " user_%s=%q", u, p)
-	}
-	admin := []kgo.Opt{kgo.DialTLSConfig(s.clusterTLS.Clone()), plainAs("admin")}
-	s.source = kafka.StartT(t, kafka.Brokers(sourceBrokers),
-		// The listener named PLAINTEXT speaks SASL_SSL, between brokers
-		// too (as admin); the controller listener stays PLAINTEXT (its
-		// principal is User:ANONYMOUS, hence a superuser; no client
-		// reaches it).
-		kafka.BrokerConfig("listener.security.protocol.map", "PLAINTEXT:SASL_SSL,CONTROLLER:PLAINTEXT"),
-		kafka.BrokerConfig("ssl.keystore.type", "PEM"),
-		kafka.BrokerConfig("ssl.keystore.certificate.chain", string(srvCert)),
-		kafka.BrokerConfig("ssl.keystore.key", string(srvKey)),
-		kafka.BrokerConfig("ssl.truststore.type", "PEM"),
-		kafka.BrokerConfig("ssl.truststore.certificates", string(ca.PEM)),
-		kafka.BrokerConfig("sasl.enabled.mechanisms", "PLAIN,OAUTHBEARER"),
-		kafka.BrokerConfig("sasl.mechanism.inter.broker.protocol", "PLAIN"),
-		kafka.BrokerConfig("listener.name.plaintext.plain.sasl.jaas.config",
-			`org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="admin-pw"`+users.String()+";"),
-		// No server callback handler: Kafka checks unsecured JWTs, naming
-		// the client User:<sub>.
-		kafka.BrokerConfig("listener.name.plaintext.oauthbearer.sasl.jaas.config",
-			`org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="broker";`),
-		kafka.BrokerConfig("authorizer.class.name", "org.apache.kafka.metadata.authorizer.StandardAuthorizer"),
-		kafka.BrokerConfig("super.users", "User:admin;User:ANONYMOUS"),
-		kafka.ClientOpts(admin...))
+	admin := securedAdmin(s.clusterTLS)
+	s.source = kafka.StartT(t, append(saslSSLBrokers(t, ca, s.clusterTLS, "OAUTHBEARER"), kafka.Brokers(sourceBrokers))...)
 
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
@@ -211,7 +167,7 @@ func startSecured(t *testing.T) *secured {
 	}
 	t.Cleanup(dst.Close)
 	s.dst = dst
-	s.dstOpts = []kgo.Opt{kgo.DialTLSConfig(s.clusterTLS.Clone()), plainAs("admin")}
+	s.dstOpts = securedAdmin(s.clusterTLS)
 
 	own := agent.Security{TLS: s.clusterTLS, SASL: plain.Auth{User: "agent", Pass: securedPasswords["agent"]}.AsMechanism()}
 	listenTLS := &tls.Config{Certificates: []tls.Certificate{ca.Server}, MinVersion: tls.VersionTLS12}
@@ -241,50 +197,19 @@ func kfakeAllow(prefix string, ops ...kmsg.ACLOperation) []kfake.ACL {
 }
 
 // grantSourceACLs grants the ACLs on the source and waits until every
-// broker enforces them: ACLs reach each broker's authorizer through the
-// metadata log, a moment after CreateACLs answers.
+// broker enforces them and hands out producer ids.
 func grantSourceACLs(t *testing.T, ctx context.Context, bootstrap string, clusterTLS *tls.Config, admin []kgo.Opt) {
 	t.Helper()
 	cl := newClient(t, bootstrap, admin...)
-	adm := kadm.NewClient(cl)
-	grant := func(prefix, user string, ops ...kadm.ACLOperation) {
-		b := kadm.NewACLs().Topics(prefix).ResourcePatternType(kadm.ACLPatternPrefixed).Allow("User:" + user).AllowHosts().Operations(ops...)
-		res, err := adm.CreateACLs(ctx, b)
-		if err == nil {
-			for _, r := range res {
-				err = errors.Join(err, r.Err)
-			}
-		}
-		if err != nil {
-			t.Fatalf("granting %s %v on %s*: %v", user, ops, prefix, err)
-		}
+	grant := func(prefix, user string, ops ...kadm.ACLOperation) *kadm.ACLBuilder {
+		return kadm.NewACLs().Topics(prefix).ResourcePatternType(kadm.ACLPatternPrefixed).Allow("User:" + user).AllowHosts().Operations(ops...)
 	}
-	grant(securedPrefix, "app", kadm.OpWrite, kadm.OpDescribe)
-	grant(securedPrefix, "other", kadm.OpDescribe)
-	grant(securedPrefix, "agent", kadm.OpWrite, kadm.OpDescribe)
-	grant(localPrefix, "agent", kadm.OpWrite, kadm.OpDescribe)
-
-	// Every broker hands out producer ids only once it has a block of them
-	// from the controller, and answers COORDINATOR_LOAD_IN_PROGRESS until
-	// then, which sarama's idempotent producer takes as fatal: ask each
-	// until it answers one.
-	for _, id := range adminBrokers(t, ctx, adm) {
-		wait.For(t, time.Minute, fmt.Sprintf("broker %d to hand out producer ids", id), func() string {
-			req := kmsg.NewPtrInitProducerIDRequest()
-			req.TransactionTimeoutMillis = -1
-			req.ProducerID, req.ProducerEpoch = -1, -1
-			rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-			defer cancel()
-			resp, err := req.RequestWith(rctx, cl.Broker(int(id)))
-			if err == nil {
-				err = kerr.ErrorForCode(resp.ErrorCode)
-			}
-			if err != nil {
-				return err.Error()
-			}
-			return ""
-		})
-	}
+	createACLs(t, ctx, kadm.NewClient(cl),
+		grant(securedPrefix, "app", kadm.OpWrite, kadm.OpDescribe),
+		grant(securedPrefix, "other", kadm.OpDescribe),
+		grant(securedPrefix, "agent", kadm.OpWrite, kadm.OpDescribe),
+		grant(localPrefix, "agent", kadm.OpWrite, kadm.OpDescribe))
+	waitProducerIDs(t, ctx, cl)
 
 	// A probe topic per prefix with a partition on every broker: a user's
 	// write to each partition succeeds once every leader's authorizer has
@@ -295,20 +220,7 @@ func grantSourceACLs(t *testing.T, ctx context.Context, bootstrap string, cluste
 		if err := clients.CreateTopic(ctx, bootstrap, probe.topic, sourceBrokers, sourceBrokers, admin...); err != nil && !strings.Contains(err.Error(), "TOPIC_ALREADY_EXISTS") {
 			t.Fatal(err)
 		}
-		w := newClient(t, bootstrap, kgo.DialTLSConfig(clusterTLS.Clone()), plainAs(probe.user), kgo.DisableIdempotentWrite(),
-			kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.RecordRetries(1), kgo.RecordDeliveryTimeout(10*time.Second))
-		wait.For(t, time.Minute, fmt.Sprintf("every broker to let %s write %s", probe.user, probe.topic), func() string {
-			var recs []*kgo.Record
-			for p := range int32(sourceBrokers) {
-				recs = append(recs, &kgo.Record{Topic: probe.topic, Partition: p, Value: []byte("probe")})
-			}
-			pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-			defer cancel()
-			if err := w.ProduceSync(pctx, recs...).FirstErr(); err != nil {
-				return err.Error()
-			}
-			return ""
-		})
+		waitWritable(t, ctx, bootstrap, clusterTLS, plainAs(probe.user), probe.user, probe.topic, sourceBrokers)
 	}
 }
 
@@ -319,9 +231,8 @@ func grantSourceACLs(t *testing.T, ctx context.Context, bootstrap string, cluste
 func startSecuredAgent(t *testing.T, ctx context.Context, s *secured, name, prefix string, own agent.Security, cs agent.ClientSecurity) *env {
 	t.Helper()
 	e := &env{name: name, source: s.source.Bootstrap(), kafka: s.source, routes: agent.NewRouteTable(nil),
-		sourceOpts: []kgo.Opt{kgo.DialTLSConfig(s.clusterTLS.Clone()), plainAs("admin")}, topicPrefix: prefix}
-	a, err := agent.New(
-		agent.Listen("127.0.0.1:0"),
+		sourceOpts: securedAdmin(s.clusterTLS), topicPrefix: prefix}
+	a := runAgent(t, ctx, name,
 		agent.Source(s.source.Addrs()...),
 		agent.Destination(s.dst.ListenAddrs()...),
 		agent.SourceSecurity(own),
@@ -329,25 +240,7 @@ func startSecuredAgent(t *testing.T, ctx context.Context, s *secured, name, pref
 		agent.ListenSecurity(cs),
 		agent.Routes(e.routes),
 		agent.Filters(ingress),
-		agent.Logger(agentLogger(name)),
 	)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- a.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-ran; err != nil {
-			t.Errorf("agent %s: Run: %v", name, err)
-		}
-	})
-	select {
-	case <-a.Ready():
-	case <-ctx.Done():
-		t.Fatalf("agent %s never served: %v", name, ctx.Err())
-	}
 	e.agent = a.Addr()
 	return e
 }
@@ -417,11 +310,6 @@ func securedCase(t *testing.T, e *env, c clients.Client, idempotent bool, sec cl
 	checkCRCs(t, ctx, e, topic)
 }
 
-// topicDenied is how each client says TOPIC_AUTHORIZATION_FAILED: franz-go
-// and librdkafka by the error's name, sarama, kafkajs and the Java client
-// by its message.
-var topicDenied = regexp.MustCompile(`(?i)topic[ _]authorization[ _]failed|not authorized to access (this )?topics?`)
-
 // deniedCase: c produces through e's agent with sec, as a user the
 // cluster at verify lets see but not write the topic, without idempotence
 // (an idempotent producer would first be refused a producer id). Every
@@ -433,34 +321,6 @@ func deniedCase(t *testing.T, e *env, c clients.Client, sec clients.Security, ve
 	what := c.Name() + "-denied"
 	topic := freshTopic(t, ctx, e, what, securedPartitions)
 	deniedRun(t, ctx, e, c, sec, topic, what, verify, verifyOpts)
-}
-
-func deniedRun(t *testing.T, ctx context.Context, e *env, c clients.Client, sec clients.Security, topic, what, verify string, verifyOpts []kgo.Opt) {
-	t.Helper()
-	cfg := clients.ProduceConfig{Bootstrap: e.agent, Topic: topic, Records: 10, KeyPrefix: what, Headers: c.Headers, Security: sec}
-	acks := produce(t, ctx, c, cfg)
-	if len(acks) != cfg.Records {
-		t.Fatalf("%s as %s: %d outcomes for %d records", c.Name(), sec.SASL.User, len(acks), cfg.Records)
-	}
-	for _, a := range acks {
-		if a.Err == "" {
-			t.Fatalf("%s as %s: record %d acked at %d/%d: the cluster took a write from a user without WRITE on %s (whose principal reached it?)",
-				c.Name(), sec.SASL.User, a.Seq, a.Partition, a.Offset, topic)
-		}
-		if !topicDenied.MatchString(a.Err) {
-			t.Fatalf("%s as %s: record %d failed with %q, want TOPIC_AUTHORIZATION_FAILED", c.Name(), sec.SASL.User, a.Seq, a.Err)
-		}
-	}
-	recs, err := clients.ReadTopic(ctx, verify, topic, verifyOpts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for at, r := range recs {
-		if strings.HasPrefix(string(r.Key), what+"-") {
-			t.Fatalf("%s as %s: record %q stored in %s at %s, want none", c.Name(), sec.SASL.User, r.Key, topic, at)
-		}
-	}
-	t.Logf("%s as %s: all %d records refused, e.g. %q", c.Name(), sec.SASL.User, len(acks), acks[0].Err)
 }
 
 // destinationCase: a topic routed COMPLETE on the forward agent goes to
@@ -525,14 +385,4 @@ func twoMechanismsCase(t *testing.T, s *secured, first, second clients.Security)
 	if err := clients.Verify(ctx, e.source, topic, acks, cfg, e.sourceOpts...); err != nil {
 		t.Fatalf("%s after %s, as the same principal: %v", second.SASL.Mechanism, first.SASL.Mechanism, err)
 	}
-}
-
-// adminBrokers lists the cluster's broker ids.
-func adminBrokers(t *testing.T, ctx context.Context, adm *kadm.Client) []int32 {
-	t.Helper()
-	bs, err := adm.ListBrokers(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return bs.NodeIDs()
 }

@@ -49,6 +49,14 @@ type Config struct {
 	// StartNote, if set, says what the agent does until the cluster first
 	// answers: it ends the WARN record when no broker answered yet.
 	StartNote string
+	// Forwarded says that connections authenticate with a client's
+	// credentials (client SASL forward), not the agent's. No broker
+	// answering through them is then logged at DEBUG, not WARN: a refusal
+	// of the client's credentials is the client's (its SASL
+	// authentication fails, and the agent's client SASL filter says so),
+	// and the cluster itself being down is said by the agent's own
+	// connections to it.
+	Forwarded bool
 }
 
 // Cluster is one Kafka cluster as the agent sees it: brokers, partition
@@ -123,7 +131,7 @@ func New(cfg Config) *Cluster {
 		leaders:   map[string][]int32{},
 		coords:    map[coordKey]int32{},
 		conns:     map[string][]*poolSlot{},
-		health:    clusterHealth{startNote: cfg.StartNote},
+		health:    clusterHealth{startNote: cfg.StartNote, forwarded: cfg.Forwarded},
 	}
 }
 

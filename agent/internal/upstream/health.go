@@ -17,6 +17,9 @@ type clusterHealth struct {
 	lost    time.Time // when no broker answered; zero while reachable
 	// startNote says what the agent does until the cluster first answers.
 	startNote string
+	// forwarded: the connections authenticate with a client's
+	// credentials (Config.Forwarded); reachability is logged at DEBUG.
+	forwarded bool
 }
 
 // unreachable records that no broker of u answered; err says why.
@@ -29,6 +32,10 @@ func (u *Cluster) unreachable(err error) {
 	}
 	h.mu.Unlock()
 	if !first {
+		return
+	}
+	if h.forwarded {
+		u.log.Debug(u.name+" cluster not reached with a client's forwarded credentials", "brokers", strings.Join(u.AnyBrokers(), ","), "err", err)
 		return
 	}
 	msg := u.name + " cluster unreachable: no broker answered; " + checkFor(err)
@@ -57,6 +64,8 @@ func (u *Cluster) reachable(addr string) {
 	h.lost, h.reached = time.Time{}, true
 	h.mu.Unlock()
 	switch {
+	case !lost.IsZero() && h.forwarded:
+		u.log.Debug(u.name+" cluster reached again with a client's forwarded credentials", "broker", addr, "after", time.Since(lost).Round(time.Millisecond))
 	case !lost.IsZero():
 		u.log.Info(u.name+" cluster reachable again", "broker", addr, "after", time.Since(lost).Round(time.Millisecond))
 	case first:
