@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"slices"
@@ -427,12 +428,18 @@ const tlsHandshakeTimeout = 10 * time.Second
 
 // handshakeTLS serves TLS on a client connection. A failed handshake is
 // said at WARN at most once a minute (a misconfigured client retries
-// every second), and counted.
+// every second), and counted; a connection closed before it sent
+// anything is a TCP probe (a kubelet's, a load balancer's), not a client,
+// and only said at DEBUG.
 func (a *Agent) handshakeTLS(ctx context.Context, nc net.Conn) (net.Conn, error) {
 	tc := tls.Server(nc, a.cfg.clientSec.TLS)
 	ctx, cancel := context.WithTimeout(ctx, tlsHandshakeTimeout)
 	defer cancel()
 	if err := tc.HandshakeContext(ctx); err != nil {
+		if errors.Is(err, io.EOF) {
+			a.log.Debug("connection closed before a TLS handshake (a TCP probe?)", "remote", nc.RemoteAddr().String())
+			return nil, err
+		}
 		a.metrics.tlsFailures.Inc()
 		level, now := slog.LevelDebug, time.Now().UnixNano()
 		if last := a.tlsWarned.Load(); now-last >= int64(time.Minute) && a.tlsWarned.CompareAndSwap(last, now) {

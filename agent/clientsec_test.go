@@ -4,12 +4,15 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -21,6 +24,8 @@ import (
 	"github.com/baton-kafka/baton/agent"
 	"github.com/baton-kafka/baton/filter/sasl"
 	"github.com/baton-kafka/baton/internal/testcert"
+	"github.com/baton-kafka/baton/internal/testlog"
+	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/migration"
 )
 
@@ -234,54 +239,63 @@ func TestClientTLS(t *testing.T) {
 	}
 }
 
-// TestClientSecurityRefused: a client security config that cannot work is
-// refused at New, naming the field.
-func TestClientSecurityRefused(t *testing.T) {
+// TestClientTLSProbeIsNoFailure: a TCP probe (connect, close) of a TLS
+// listener is not a client's failed handshake: not counted, not warned
+// about. A plaintext Kafka client is one.
+func TestClientTLSProbeIsNoFailure(t *testing.T) {
 	t.Parallel()
-	for name, cs := range map[string]agent.ClientSecurity{
-		"unknown mode":            {SASL: "kerberos"},
-		"SCRAM in forward":        {SASL: agent.SASLForward, Mechanisms: []string{sasl.ScramSHA256}},
-		"PLAIN in local":          {SASL: agent.SASLLocal, Mechanisms: []string{"PLAIN"}},
-		"local without users":     {SASL: agent.SASLLocal},
-		"mechanisms without SASL": {Mechanisms: []string{"PLAIN"}},
-		"TLS without certificate": {TLS: &tls.Config{}},
-		"negative session":        {SASL: agent.SASLForward, MaxSession: -time.Second},
-	} {
-		_, err := agent.New(agent.Listen("127.0.0.1:0"), agent.Source("127.0.0.1:1"), agent.Destination("127.0.0.1:1"),
-			agent.ListenSecurity(cs))
-		if !errors.Is(err, agent.ErrBadConfig) {
-			t.Errorf("%s: %v, want ErrBadConfig", name, err)
-		}
-	}
-}
-
-// TestClientSASLHandshakeFromV0: with SASL on the listener the agent
-// advertises SaslHandshake from version 0, as Kafka does. librdkafka (kcat
-// 1.7.1 on librdkafka 2.0.2) uses SASL only when the broker's range holds
-// version 0 (its SASL handshake feature), and otherwise fails every
-// connection with "SASL Handshake not supported by broker": advertising
-// version 1 alone locks it out. It then sends version 1, since SaslAuthenticate
-// is advertised too.
-func TestClientSASLHandshakeFromV0(t *testing.T) {
-	t.Parallel()
-	src := aclCluster(t, "source")
-	a := quietAgent(t, agent.Source(src.ListenAddrs()...), agent.Destination(src.ListenAddrs()...),
-		agent.ListenSecurity(agent.ClientSecurity{SASL: agent.SASLForward}))
-	cl := newClient(t, a.Addr(), kgo.SASL(plain.Auth{User: "alice", Pass: "alice-secret"}.AsMechanism()))
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	resp, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, cl)
+	ca := testcert.New(t)
+	src, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[int16][2]int16{}
-	for _, k := range resp.ApiKeys {
-		got[k.ApiKey] = [2]int16{k.MinVersion, k.MaxVersion}
+	t.Cleanup(src.Close)
+	reg := prometheus.NewRegistry()
+	var logs testlog.Buffer
+	a, err := agent.New(agent.Listen("127.0.0.1:0"), agent.Source(src.ListenAddrs()...), agent.Destination(src.ListenAddrs()...),
+		agent.Registry(reg), agent.Logger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))),
+		agent.ListenSecurity(agent.ClientSecurity{TLS: &tls.Config{Certificates: []tls.Certificate{ca.Server}, MinVersion: tls.VersionTLS12}}))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if r, ok := got[17]; !ok || r[0] != 0 || r[1] < 1 {
-		t.Errorf("SaslHandshake advertised %v (present %v), want versions 0 to at least 1", r, ok)
+	serve(t, a)
+	failures := func() float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "baton_agent_client_tls_failures_total" {
+				return mf.GetMetric()[0].GetCounter().GetValue()
+			}
+		}
+		return 0
 	}
-	if r, ok := got[36]; !ok || r[0] != 0 {
-		t.Errorf("SaslAuthenticate advertised %v (present %v), want from version 0", r, ok)
+	const probes = 3
+	for range probes {
+		c, err := net.Dial("tcp", a.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
 	}
+	wait.For(t, 10*time.Second, "the probes seen", func() string {
+		if n := strings.Count(logs.String(), "connection closed before a TLS handshake"); n < probes {
+			return fmt.Sprintf("%d of %d", n, probes)
+		}
+		return ""
+	})
+	if n := failures(); n != 0 || strings.Contains(logs.String(), "level=WARN") {
+		t.Fatalf("after %d TCP probes: %v failed handshakes counted, log:\n%s", probes, n, logs.String())
+	}
+	plainText := newClient(t, a.Addr(), kgo.RecordDeliveryTimeout(3*time.Second), kgo.RequestRetries(1))
+	if err := produceOne(plainText, "t"); err == nil {
+		t.Fatal("a plaintext client produced through a TLS listener")
+	}
+	wait.For(t, 10*time.Second, "the plaintext client's failed handshake counted and warned", func() string {
+		if n := failures(); n < 1 || !strings.Contains(logs.String(), "level=WARN msg=\"client TLS handshake failed") {
+			return fmt.Sprintf("%v failures", n)
+		}
+		return ""
+	})
 }
