@@ -463,32 +463,8 @@ func fillDestination(ctx context.Context, dst, topic string) error {
 // it with the test.
 func startCutoverAgent(t *testing.T, ctx context.Context, name, src, dst string, routes *agent.RouteTable, reg *prometheus.Registry, rec *cutoverRecorder) string {
 	t.Helper()
-	a, err := agent.New(
-		agent.Listen("127.0.0.1:0"),
-		agent.Source(strings.Split(src, ",")...),
-		agent.Destination(strings.Split(dst, ",")...),
-		agent.Routes(routes),
-		agent.Registry(reg),
-		agent.Filters(rec),
-		agent.Logger(agentLogger(name)),
-	)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- a.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-ran; err != nil {
-			t.Errorf("agent %s: Run: %v", name, err)
-		}
-	})
-	select {
-	case <-a.Ready():
-	case <-ctx.Done():
-		t.Fatalf("agent %s never served: %v", name, ctx.Err())
-	}
+	a := runAgent(t, ctx, name, agent.Source(strings.Split(src, ",")...), agent.Destination(strings.Split(dst, ",")...),
+		agent.Routes(routes), agent.Registry(reg), agent.Filters(rec))
 	if err := pingAgent(ctx, a.Addr()); err != nil {
 		t.Fatalf("agent %s never answered: %v", name, err)
 	}

@@ -19,7 +19,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 
-	"github.com/baton-kafka/baton/agent"
 	"github.com/baton-kafka/baton/internal/testcert"
 	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/test/clients"
@@ -166,33 +165,6 @@ func waitWritable(t *testing.T, ctx context.Context, bootstrap string, clusterTL
 		}
 		return ""
 	})
-}
-
-// runAgent starts an agent with opts, waits until it serves, and stops it
-// with t.
-func runAgent(t *testing.T, ctx context.Context, name string, opts ...agent.Opt) *agent.Agent {
-	t.Helper()
-	a, err := agent.New(append([]agent.Opt{agent.Listen("127.0.0.1:0"), agent.Logger(agentLogger(name))}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- a.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-ran; err != nil {
-			t.Errorf("agent %s: Run: %v", name, err)
-		}
-	})
-	select {
-	case <-a.Ready():
-	case err := <-ran:
-		t.Fatalf("agent %s: Run returned before serving: %v", name, err)
-	case <-ctx.Done():
-		t.Fatalf("agent %s never served: %v", name, ctx.Err())
-	}
-	return a
 }
 
 // topicDenied is how each client says TOPIC_AUTHORIZATION_FAILED: franz-go
