@@ -42,6 +42,9 @@ type router struct {
 	// by its authentication, before any request is forwarded).
 	src, dst *upstream.Cluster
 	pair     *principalPair // the principal's, in forward mode
+	// vias are where this connection's produce went (viaFor); only the
+	// request side (dispatch) touches them.
+	vias []*via
 
 	// own holds upstream connections of this client connection alone, for
 	// the requests a broker may park (see parks). Closed with the client
@@ -516,10 +519,29 @@ type via struct {
 	conn *upstream.Conn
 }
 
-var _ filter.Via = via{}
+var _ filter.Via = (*via)(nil)
 
-func (v via) Cluster() filter.Cluster { return v.to }
-func (v via) Dead() bool              { return v.conn.Dead() }
+func (v *via) Cluster() filter.Cluster { return v.to }
+func (v *via) Dead() bool              { return v.conn.Dead() }
+
+// viaFor is the connection's one *via for (to, addr, conn): equal parts
+// compare equal (filter.Via), and a produce allocates none.
+func (r *router) viaFor(to filter.Cluster, addr string, conn *upstream.Conn) *via {
+	for i, v := range r.vias {
+		if v.conn == conn && v.to == to && v.addr == addr {
+			return v
+		}
+		if v.conn.Dead() {
+			// A dead connection's via is not handed out again: drop it.
+			r.vias[i] = r.vias[len(r.vias)-1]
+			r.vias = r.vias[:len(r.vias)-1]
+			return r.viaFor(to, addr, conn)
+		}
+	}
+	v := &via{to: to, addr: addr, conn: conn}
+	r.vias = append(r.vias, v)
+	return v
+}
 
 // cluster is the upstream of a route target; nil for filter.Nowhere.
 func (r *router) cluster(c filter.Cluster) *upstream.Cluster {
@@ -577,10 +599,11 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 		for _, s := range ss {
 			switch {
 			case s.err == nil:
-				v := via{to: filter.Destination, addr: s.s.addr, conn: s.cl.Conn()}
+				to := filter.Destination
 				if s.s.up == r.src {
-					v.to = filter.Source
+					to = filter.Source
 				}
+				v := r.viaFor(to, s.s.addr, s.cl.Conn())
 				for _, i := range s.s.idx {
 					parts[i].Via = v
 				}
@@ -731,7 +754,7 @@ func (r *router) produceShards(ctx context.Context, parts []filter.Part) []*shar
 			p.Answer(retriable)
 			continue
 		}
-		if v, ok := p.Via.(via); ok && v.to == p.To {
+		if v, ok := p.Via.(*via); ok && v.to == p.To {
 			shards = addTo(shards, up, v.addr, v.conn, i)
 			continue
 		}

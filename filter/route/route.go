@@ -167,9 +167,16 @@ type conn struct {
 	// last is the connection's latest routed produce until its dispatch
 	// decisions are folded in (fold).
 	last *filter.Exchange
-	// held are the pins each dispatched produce holds, until its
-	// response side.
-	held map[*filter.Exchange][]*pinned
+	// held are the pins each folded produce holds, until its response
+	// side: in request order, which is the order responses run in, so
+	// the oldest is the next to end.
+	held []heldPins
+}
+
+// heldPins are one produce's pins.
+type heldPins struct {
+	x    *filter.Exchange
+	pins []pinned
 }
 
 type pinned struct {
@@ -306,7 +313,7 @@ func (c *conn) follow(parts []filter.Part) {
 func (c *conn) fold(x *filter.Exchange) {
 	c.last = nil
 	parts := x.Parts()
-	var held []*pinned
+	var held []pinned
 	for i := range parts {
 		p := &parts[i]
 		k := key{p.Topic, p.Partition}
@@ -326,14 +333,14 @@ func (c *conn) fold(x *filter.Exchange) {
 				c.pins[k] = pn
 			}
 			pn.n++
-			held = append(held, &pinned{k, pn})
+			if held == nil {
+				held = make([]pinned, 0, len(parts)-i)
+			}
+			held = append(held, pinned{k, pn})
 		}
 	}
 	if held != nil {
-		if c.held == nil {
-			c.held = map[*filter.Exchange][]*pinned{}
-		}
-		c.held[x] = held
+		c.held = append(c.held, heldPins{x, held})
 	}
 }
 
@@ -361,13 +368,20 @@ func (c *conn) OnResponse(_ context.Context, x *filter.Exchange) filter.Status {
 			}
 		}
 	}
-	for _, h := range c.held[x] {
-		h.pn.n--
-		if h.pn.n == 0 && c.pins[h.k] == h.pn {
-			delete(c.pins, h.k)
+	for i, h := range c.held {
+		if h.x != x {
+			continue // not the oldest only if an exchange folded earlier never ran its response side
 		}
+		for _, p := range h.pins {
+			p.pn.n--
+			if p.pn.n == 0 && c.pins[p.k] == p.pn {
+				delete(c.pins, p.k)
+			}
+		}
+		c.held[i] = heldPins{}
+		c.held = append(c.held[:i], c.held[i+1:]...)
+		break
 	}
-	delete(c.held, x)
 	return filter.Continue
 }
 
