@@ -122,7 +122,11 @@ type HeartbeatRequest struct {
 	Topics       []*TopicDrain `protobuf:"bytes,5,rep,name=topics,proto3" json:"topics,omitempty"`
 	// sent_at is when the agent sent this request; its lease clock starts
 	// here, so its view of expiry is never later than the control plane's.
-	SentAt        *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=sent_at,json=sentAt,proto3" json:"sent_at,omitempty"`
+	SentAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=sent_at,json=sentAt,proto3" json:"sent_at,omitempty"`
+	// findings are the agent's open findings (at most 32, the most recently
+	// seen first), sent again with every heartbeat until they are resolved
+	// or age out on the agent.
+	Findings      []*Finding `protobuf:"bytes,7,rep,name=findings,proto3" json:"findings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -199,6 +203,111 @@ func (x *HeartbeatRequest) GetSentAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *HeartbeatRequest) GetFindings() []*Finding {
+	if x != nil {
+		return x.Findings
+	}
+	return nil
+}
+
+// Finding is something an agent saw that an operator should act on before
+// a cutover (docs/design.md §12): kind says what (auth_missing: a
+// principal the destination will see lacks a right there), keyed by kind,
+// topic and principal (or client_id when the principal is not known).
+type Finding struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Kind      string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Topic     string                 `protobuf:"bytes,2,opt,name=topic,proto3" json:"topic,omitempty"`
+	ClientId  string                 `protobuf:"bytes,3,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Principal string                 `protobuf:"bytes,4,opt,name=principal,proto3" json:"principal,omitempty"`
+	// detail says what to do, e.g. the ACL to add.
+	Detail string `protobuf:"bytes,5,opt,name=detail,proto3" json:"detail,omitempty"`
+	// first_seen and last_seen are the agent's clock.
+	FirstSeen     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=first_seen,json=firstSeen,proto3" json:"first_seen,omitempty"`
+	LastSeen      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Finding) Reset() {
+	*x = Finding{}
+	mi := &file_baton_v1_lease_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Finding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Finding) ProtoMessage() {}
+
+func (x *Finding) ProtoReflect() protoreflect.Message {
+	mi := &file_baton_v1_lease_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Finding.ProtoReflect.Descriptor instead.
+func (*Finding) Descriptor() ([]byte, []int) {
+	return file_baton_v1_lease_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Finding) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Finding) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *Finding) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *Finding) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *Finding) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *Finding) GetFirstSeen() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FirstSeen
+	}
+	return nil
+}
+
+func (x *Finding) GetLastSeen() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastSeen
+	}
+	return nil
+}
+
 type HeartbeatResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// granted is false when the agent must first apply required_version
@@ -221,7 +330,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_baton_v1_lease_proto_msgTypes[2]
+	mi := &file_baton_v1_lease_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -233,7 +342,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_v1_lease_proto_msgTypes[2]
+	mi := &file_baton_v1_lease_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -246,7 +355,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_baton_v1_lease_proto_rawDescGZIP(), []int{2}
+	return file_baton_v1_lease_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *HeartbeatResponse) GetGranted() bool {
@@ -313,14 +422,24 @@ const file_baton_v1_lease_proto_rawDesc = "" +
 	"acked_ends\x18\x05 \x03(\v2#.baton.v1.TopicDrain.AckedEndsEntryR\tackedEnds\x1a<\n" +
 	"\x0eAckedEndsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xed\x01\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x9c\x02\n" +
 	"\x10HeartbeatRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1a\n" +
 	"\bworkload\x18\x03 \x01(\tR\bworkload\x12#\n" +
 	"\racked_version\x18\x04 \x01(\x04R\fackedVersion\x12,\n" +
 	"\x06topics\x18\x05 \x03(\v2\x14.baton.v1.TopicDrainR\x06topics\x123\n" +
-	"\asent_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x06sentAt\"\xdd\x02\n" +
+	"\asent_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x06sentAt\x12-\n" +
+	"\bfindings\x18\a \x03(\v2\x11.baton.v1.FindingR\bfindings\"\xfa\x01\n" +
+	"\aFinding\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
+	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x1b\n" +
+	"\tclient_id\x18\x03 \x01(\tR\bclientId\x12\x1c\n" +
+	"\tprincipal\x18\x04 \x01(\tR\tprincipal\x12\x16\n" +
+	"\x06detail\x18\x05 \x01(\tR\x06detail\x129\n" +
+	"\n" +
+	"first_seen\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tfirstSeen\x127\n" +
+	"\tlast_seen\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\"\xdd\x02\n" +
 	"\x11HeartbeatResponse\x12\x18\n" +
 	"\agranted\x18\x01 \x01(\bR\agranted\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x129\n" +
@@ -346,30 +465,34 @@ func file_baton_v1_lease_proto_rawDescGZIP() []byte {
 	return file_baton_v1_lease_proto_rawDescData
 }
 
-var file_baton_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_baton_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_baton_v1_lease_proto_goTypes = []any{
 	(*TopicDrain)(nil),            // 0: baton.v1.TopicDrain
 	(*HeartbeatRequest)(nil),      // 1: baton.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 2: baton.v1.HeartbeatResponse
-	nil,                           // 3: baton.v1.TopicDrain.AckedEndsEntry
-	(*timestamppb.Timestamp)(nil), // 4: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 5: google.protobuf.Duration
+	(*Finding)(nil),               // 2: baton.v1.Finding
+	(*HeartbeatResponse)(nil),     // 3: baton.v1.HeartbeatResponse
+	nil,                           // 4: baton.v1.TopicDrain.AckedEndsEntry
+	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 6: google.protobuf.Duration
 }
 var file_baton_v1_lease_proto_depIdxs = []int32{
-	3, // 0: baton.v1.TopicDrain.acked_ends:type_name -> baton.v1.TopicDrain.AckedEndsEntry
-	0, // 1: baton.v1.HeartbeatRequest.topics:type_name -> baton.v1.TopicDrain
-	4, // 2: baton.v1.HeartbeatRequest.sent_at:type_name -> google.protobuf.Timestamp
-	4, // 3: baton.v1.HeartbeatResponse.granted_at:type_name -> google.protobuf.Timestamp
-	4, // 4: baton.v1.HeartbeatResponse.expires_at:type_name -> google.protobuf.Timestamp
-	5, // 5: baton.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
-	5, // 6: baton.v1.HeartbeatResponse.forward_deadline:type_name -> google.protobuf.Duration
-	1, // 7: baton.v1.Lease.Heartbeat:input_type -> baton.v1.HeartbeatRequest
-	2, // 8: baton.v1.Lease.Heartbeat:output_type -> baton.v1.HeartbeatResponse
-	8, // [8:9] is the sub-list for method output_type
-	7, // [7:8] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	4,  // 0: baton.v1.TopicDrain.acked_ends:type_name -> baton.v1.TopicDrain.AckedEndsEntry
+	0,  // 1: baton.v1.HeartbeatRequest.topics:type_name -> baton.v1.TopicDrain
+	5,  // 2: baton.v1.HeartbeatRequest.sent_at:type_name -> google.protobuf.Timestamp
+	2,  // 3: baton.v1.HeartbeatRequest.findings:type_name -> baton.v1.Finding
+	5,  // 4: baton.v1.Finding.first_seen:type_name -> google.protobuf.Timestamp
+	5,  // 5: baton.v1.Finding.last_seen:type_name -> google.protobuf.Timestamp
+	5,  // 6: baton.v1.HeartbeatResponse.granted_at:type_name -> google.protobuf.Timestamp
+	5,  // 7: baton.v1.HeartbeatResponse.expires_at:type_name -> google.protobuf.Timestamp
+	6,  // 8: baton.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
+	6,  // 9: baton.v1.HeartbeatResponse.forward_deadline:type_name -> google.protobuf.Duration
+	1,  // 10: baton.v1.Lease.Heartbeat:input_type -> baton.v1.HeartbeatRequest
+	3,  // 11: baton.v1.Lease.Heartbeat:output_type -> baton.v1.HeartbeatResponse
+	11, // [11:12] is the sub-list for method output_type
+	10, // [10:11] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_baton_v1_lease_proto_init() }
@@ -383,7 +506,7 @@ func file_baton_v1_lease_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_baton_v1_lease_proto_rawDesc), len(file_baton_v1_lease_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
