@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -51,6 +52,7 @@ type config struct {
 	apiTokens    []APIToken
 	apiIDs       []APIIdentity
 	nodeAuth     *nodeAuth
+	metrics      *prometheus.Registry
 }
 
 // WithStore sets the state store (required).
@@ -127,6 +129,8 @@ type ControlPlane struct {
 	// guard loop never runs once the cutover's Lift began (it re-checks
 	// the topic's state under guardMu first).
 	guardMu sync.Mutex
+	// findings are the agents' open findings (findings.go).
+	findings findingSet
 }
 
 type run struct {
@@ -165,6 +169,12 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 		topics: map[string]*Topic{}, agents: map[string]*Agent{}, dirty: map[string]bool{},
 		runs: map[string]*run{}, changed: make(chan struct{}),
 		guards: map[string]*guardRestore{}, wakeGuards: make(chan struct{}, 1)}
+	cp.findings.open, cp.findings.started = map[findingKey]*Finding{}, cp.now()
+	if cfg.metrics != nil {
+		if err := cfg.metrics.Register(findingsCollector{cp}); err != nil {
+			return nil, fmt.Errorf("%w: metrics: %w", ErrBadConfig, err)
+		}
+	}
 	cp.ctx, cp.cancel = context.WithCancel(context.Background())
 	version, topics, agents, err := cfg.store.Load(ctx)
 	if err != nil {
@@ -441,6 +451,9 @@ type TopicStatus struct {
 	// Diverged names the partitions whose destination copy took a write
 	// not the replicator's (a cutover is refused): partition -> why.
 	Diverged map[int32]string `json:"diverged,omitempty"`
+	// Findings are the topic's open findings, as agents report them
+	// (docs/design.md §12).
+	Findings []Finding `json:"findings,omitempty"`
 }
 
 // Status returns a topic with its time lag.
@@ -453,6 +466,7 @@ func (cp *ControlPlane) Status(name string) (TopicStatus, error) {
 	cp.mu.Lock()
 	st.GuardRestore = cp.guardPendingLocked(name)
 	cp.mu.Unlock()
+	st.Findings = cp.OpenFindings(name, "", 0)
 	if t.State != migration.Complete {
 		if st.Lag, err = cp.cfg.repl.Lag(name); err != nil {
 			st.LagError = err.Error()
@@ -603,6 +617,9 @@ func (cp *ControlPlane) Heartbeat(ctx context.Context, req *batonv1.HeartbeatReq
 		cp.dirty[a.Node] = true
 	}
 	cp.mu.Unlock()
+	if fs := req.GetFindings(); len(fs) > 0 {
+		cp.noteFindings(ctx, a.Node, fs, now)
+	}
 	if !known {
 		// A new agent is stored before its first grant is answered, so a
 		// restarted control plane knows it may be forwarding.

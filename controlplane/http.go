@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/baton-kafka/baton/migration"
 )
 
@@ -27,6 +29,8 @@ import (
 //	DELETE /v1/topics/{name}              stop managing
 //	GET    /v1/agents                     agents: lease and xDS state
 //	GET    /v1/events?topic=&after=&follow=1   the audit log (NDJSON when following)
+//	GET    /v1/findings?topic=&kind=      open findings agents report
+//	GET    /metrics                       Prometheus metrics (with the Metrics option)
 //
 // Errors are {"error": "..."} with 404 (unknown topic), 409 (illegal
 // transition, cutover running, gate refused, topic exists) or 400; with
@@ -119,6 +123,16 @@ func (cp *ControlPlane) Handler() http.Handler {
 			}
 		}
 	})
+	mux.HandleFunc("GET /v1/findings", func(w http.ResponseWriter, r *http.Request) {
+		fs := cp.OpenFindings(r.URL.Query().Get("topic"), r.URL.Query().Get("kind"), 0)
+		if fs == nil {
+			fs = []Finding{}
+		}
+		writeJSON(w, fs)
+	})
+	if cp.cfg.metrics != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(cp.cfg.metrics, promhttp.HandlerOpts{}))
+	}
 	if len(cp.cfg.apiTokens) > 0 || len(cp.cfg.apiIDs) > 0 {
 		return (&apiAuth{tokens: cp.cfg.apiTokens, ids: cp.cfg.apiIDs, log: cp.log}).wrap(mux)
 	}

@@ -117,6 +117,10 @@ const (
 	EventAborted       = "aborted"
 	EventRolledBack    = "rolled_back"
 	EventRecovered     = "recovered_after_restart"
+	// EventFinding: an agent reported a finding that was not open
+	// (findings.go); its reason names the kind, the principal or client id
+	// and what to do.
+	EventFinding = "finding"
 )
 
 // Event is one audit log entry.

@@ -69,6 +69,7 @@ type clientConfig struct {
 	maxBackoff time.Duration
 	log        *slog.Logger
 	now        func() time.Time
+	findings   func() []*batonv1.Finding // nil: heartbeats carry none
 }
 
 // OnRoutes sets the callback applying each TopicRoute response: version is
@@ -107,6 +108,17 @@ func ClientLogger(l *slog.Logger) ClientOpt {
 func ClientClock(now func() time.Time) ClientOpt {
 	return clientOptFunc(func(c *clientConfig) { c.now = now })
 }
+
+// LeaseFindings sets what every heartbeat of a LeaseKeeper reports as the
+// agent's open findings (default: none). f is called once per heartbeat
+// and owns the bound (the control plane reads at most MaxFindings).
+func LeaseFindings(f func() []*batonv1.Finding) ClientOpt {
+	return clientOptFunc(func(c *clientConfig) { c.findings = f })
+}
+
+// MaxFindings bounds the findings one heartbeat carries: an agent sends
+// its most recently seen ones, and the control plane reads no more.
+const MaxFindings = 32
 
 func newClientConfig(opts []ClientOpt) (clientConfig, error) {
 	cfg := clientConfig{protocol: Delta, minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff,
@@ -618,9 +630,14 @@ func (k *LeaseKeeper) Last() *batonv1.HeartbeatResponse {
 func (k *LeaseKeeper) Heartbeat(ctx context.Context) (*batonv1.HeartbeatResponse, error) {
 	acked, topics := k.report()
 	ns, wl := nodeLabels(k.node)
+	var findings []*batonv1.Finding
+	if k.cfg.findings != nil {
+		findings = k.cfg.findings()
+		findings = findings[:min(len(findings), MaxFindings)]
+	}
 	sent := k.cfg.now()
 	resp, err := k.client.Heartbeat(ctx, &batonv1.HeartbeatRequest{NodeId: k.node.GetId(), Namespace: ns, Workload: wl,
-		AckedVersion: acked, Topics: topics, SentAt: timestamppb.New(sent)})
+		AckedVersion: acked, Topics: topics, SentAt: timestamppb.New(sent), Findings: findings})
 	if err != nil {
 		return nil, err
 	}

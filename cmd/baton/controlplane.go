@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -122,7 +124,10 @@ alter ACLs.`,
 				return err
 			}
 			defer scl.Close()
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 			cp, err := controlplane.New(ctx, append([]controlplane.Opt{controlplane.WithStore(store), controlplane.Logger(log),
+				controlplane.Metrics(reg), // GET /metrics on the HTTP API
 				controlplane.WithGuard(guard),
 				controlplane.WithReplication(&controlplane.ReplicatorAdapter{R: r, Source: kadm.NewClient(scl)}),
 				controlplane.APITokens(tokens), controlplane.APIIdentities(ids),

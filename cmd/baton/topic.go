@@ -122,6 +122,13 @@ func newTopicCmd() *cobra.Command {
 			for _, p := range slices.Sorted(maps.Keys(st.Diverged)) {
 				fmt.Fprintf(out, "DIVERGED:  partition %d: %s (a cutover is refused)\n", p, st.Diverged[p])
 			}
+			for _, f := range st.Findings {
+				who := f.Principal
+				if f.ClientID != "" {
+					who += fmt.Sprintf(" (client id %q)", f.ClientID)
+				}
+				fmt.Fprintf(out, "FINDING:   %s %s, last seen %s by %d agents: %s\n", f.Kind, who, fmtTime(f.LastSeen), len(f.Agents), f.Detail)
+			}
 			if g := st.GuardRestore; g != nil {
 				fmt.Fprintf(out, "guard:     being restored since %s, %d failed attempts, last: %s\n", fmtTime(g.Since), g.Failures, g.LastErr)
 			}
