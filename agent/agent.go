@@ -35,6 +35,7 @@ import (
 	"github.com/baton-kafka/baton/agent/internal/framing"
 	"github.com/baton-kafka/baton/agent/internal/upstream"
 	"github.com/baton-kafka/baton/filter"
+	"github.com/baton-kafka/baton/filter/authcheck"
 	"github.com/baton-kafka/baton/filter/pidmap"
 	"github.com/baton-kafka/baton/internal/errprefix"
 	"github.com/baton-kafka/baton/migration"
@@ -83,6 +84,7 @@ type config struct {
 	cpNode          *core.Node
 	producerIDs     int
 	producerIDIdle  time.Duration
+	authCheck       AuthCheckConfig
 }
 
 // Listen sets the address producers connect to, overriding 127.0.0.1:9092.
@@ -204,6 +206,10 @@ type Agent struct {
 	// principals are the client principals' upstream clusters
 	// (SASLForward, see clientsec.go).
 	principals principals
+	// findings are what the PROXY-phase checks found (findings.go), and
+	// authCheck the auth check's filter (authcheck.go).
+	findings  *findings
+	authCheck *authcheck.Factory
 
 	port    *reservedPort // bound at New, listened on once ready
 	ln      net.Listener
@@ -298,6 +304,7 @@ func New(opts ...Opt) (*Agent, error) {
 		serving: make(chan struct{}),
 	}
 	a.metrics = newMetrics(cfg.registry)
+	a.findings = newFindings(a.log, cfg.registry)
 	a.budget = framing.NewBudget(cfg.buffered, cfg.connBuffered)
 	cfg.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "baton_agent_buffered_request_bytes",
@@ -314,6 +321,9 @@ func New(opts ...Opt) (*Agent, error) {
 		}
 	}
 	if a.auth, err = a.saslFilter(); err != nil {
+		return nil, err
+	}
+	if a.authCheck, err = a.newAuthCheck(); err != nil {
 		return nil, err
 	}
 	a.filters = a.chain()
@@ -384,6 +394,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		go srv.Serve(a.adminLn)
 		defer srv.Close()
 	}
+	acDone := make(chan struct{})
+	go func() { defer close(acDone); a.authCheck.Run(ctx) }()
+	defer func() { cancel(); <-acDone }()
 	if a.cp != nil {
 		cpDone := make(chan struct{})
 		go func() { defer close(cpDone); a.cp.run(ctx) }()

@@ -30,15 +30,23 @@ import (
 //  4. hold, the produce hold: holds a produce while one of its topics is
 //     MIGRATING in hold mode, or bound for the source without a lease, up
 //     to the topic's hold max from arrival (holdTopics);
-//  5. route: where each partition of a produce goes, looked up after the
+//  5. authcheck: for a produce bound for the source of a PROXY topic
+//     with the auth check on, whether the principal the destination will
+//     see after the cutover may WRITE the topic there, from a cache of the
+//     destination's ACLs (never a round trip); a finding when not, and
+//     with auth_enforce its parts answered TOPIC_AUTHORIZATION_FAILED.
+//     After hold, so it sees the route the produce is sent by, not one
+//     from before a wait; before route, which counts in flight only what
+//     it sends and sends no part already answered;
+//  6. route: where each partition of a produce goes, looked up after the
 //     hold (source under a lease and counted in flight, destination, or
 //     answered retriable), and the connection's partition order (a
 //     partition's next request follows its outstanding ones; none overtakes
 //     a failed batch's resend);
-//  6. pidmap: destination producer ids and sequences for idempotent batches
+//  7. pidmap: destination producer ids and sequences for idempotent batches
 //     routed to the destination, and answers for retries of batches the
 //     source already holds;
-//  7. the router, the chain's Handler: it answers what the agent owns and
+//  8. the router, the chain's Handler: it answers what the agent owns and
 //     forwards the rest; a produce's partitions go where route and pidmap
 //     planned, to each partition's leader.
 func (a *Agent) chain() []filter.Factory {
@@ -49,7 +57,11 @@ func (a *Agent) chain() []filter.Factory {
 	if a.cp != nil {
 		fs = append(fs, a.leaseGate())
 	}
-	return append(fs, a.produceHold(), a.produceRoute(), a.pidmap)
+	fs = append(fs, a.produceHold())
+	if a.authCheck != nil { // nil only in tests that build an Agent by hand
+		fs = append(fs, a.authCheck)
+	}
+	return append(fs, a.produceRoute(), a.pidmap)
 }
 
 // advertisedFor says whether the agent advertised x's version: the router

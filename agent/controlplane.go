@@ -42,7 +42,8 @@ func (a *Agent) newCPLink() (*cpLink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: control plane: %w", ErrBadConfig, err)
 	}
-	l.keeper, err = xds.NewLeaseKeeper(a.cfg.cpConn, a.cfg.cpNode, a.leaseReport, xds.ClientLogger(a.log))
+	l.keeper, err = xds.NewLeaseKeeper(a.cfg.cpConn, a.cfg.cpNode, a.leaseReport, xds.ClientLogger(a.log),
+		xds.LeaseFindings(a.findings.report))
 	if err != nil {
 		return nil, fmt.Errorf("%w: control plane: %w", ErrBadConfig, err)
 	}
@@ -69,6 +70,8 @@ func (a *Agent) applyRoutes(version uint64, trs []*batonv1.TopicRoute) error {
 			return fmt.Errorf("topic %q: %w", tr.GetTopic(), err)
 		}
 		r.State, r.Mode = st, migration.HoldModeFromProto(tr.GetMode())
+		r.AuthEnforce = tr.GetShadow().GetAuthEnforce()
+		r.AuthCheck = tr.GetShadow().GetAuthCheck() || r.AuthEnforce
 		if r.copied, err = copiedBatches(tr.GetTopic(), tr.GetSourceBatches()); err != nil {
 			return fmt.Errorf("topic %q: %w", tr.GetTopic(), err)
 		}

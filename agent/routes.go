@@ -31,6 +31,12 @@ type Route struct {
 	// source producer the replicator copied, with their offsets: a retry
 	// of one is answered, not written again (filter/pidmap).
 	copied *pidmap.Copied
+
+	// AuthCheck and AuthEnforce are the route's auth check switches
+	// (ShadowFeatures, filter/authcheck): in PROXY, check each produce's
+	// principal against the destination's ACLs, and refuse what they
+	// would refuse.
+	AuthCheck, AuthEnforce bool
 }
 
 // Target is where writes for the route go: nowhere while MIGRATING (held
@@ -120,6 +126,9 @@ type routesFile struct {
 		State   string `yaml:"state"`
 		Mode    string `yaml:"mode"`
 		HoldMax string `yaml:"holdMax"`
+		// AuthCheck and AuthEnforce: see Route.
+		AuthCheck   bool `yaml:"authCheck"`
+		AuthEnforce bool `yaml:"authEnforce"`
 	} `yaml:"routes"`
 }
 
@@ -130,6 +139,8 @@ type routesFile struct {
 //	    state: PROXY          # REJECT | PROXY | MIGRATING | COMPLETE
 //	    mode: hold            # hold (default) | retriable
 //	    holdMax: 5s           # default 5s
+//	    authCheck: true       # PROXY: check producers' WRITE on the destination (default false)
+//	    authEnforce: false    # and refuse what it would refuse (default false)
 func LoadRoutes(path string) ([]Route, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -165,7 +176,8 @@ func ParseRoutes(b []byte) ([]Route, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s.mode: %w", ErrBadRoutes, at, err)
 		}
-		r := Route{Topic: e.Topic, State: st, Mode: mode, HoldMax: migration.DefaultHoldMax}
+		r := Route{Topic: e.Topic, State: st, Mode: mode, HoldMax: migration.DefaultHoldMax,
+			AuthCheck: e.AuthCheck || e.AuthEnforce, AuthEnforce: e.AuthEnforce}
 		if e.HoldMax != "" {
 			d, err := time.ParseDuration(e.HoldMax)
 			if err != nil || d <= 0 {
