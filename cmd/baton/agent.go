@@ -33,6 +33,7 @@ func newAgentCmd() *cobra.Command {
 		srcSec, dstSec                                                      securityFlags
 		cpTLS                                                               tlsFlags
 		clients                                                             listenFlags
+		dstPrincipal, dstSuperUsers                                         string
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -90,6 +91,14 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 			if err != nil {
 				return err
 			}
+			if dstPrincipal == "" {
+				// Known from SASL flags (a user, or an OAuth token's
+				// subject); else User:ANONYMOUS without SASL or a client
+				// certificate (the agent's default), else unknown.
+				if dstPrincipal, err = dstSec.principal(cmd.Context()); err != nil {
+					log.Warn("auth check: the destination principal is unknown (--destination-principal)", "err", err)
+				}
+			}
 			reg := prometheus.NewRegistry()
 			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 			mf, err := metrics.New(reg)
@@ -109,6 +118,7 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 				agent.ProducerIDs(producerIDs), agent.ProducerIDIdle(producerIDIdle),
 				agent.Filters([]filter.Factory{mf}...),
 				agent.Logger(log), agent.Registry(reg),
+				agent.AuthCheck(agent.AuthCheckConfig{Principal: dstPrincipal, SuperUsers: splitList(dstSuperUsers)}),
 			}, cpOpts...)...)
 			if err != nil {
 				return err
@@ -141,6 +151,8 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 	f.StringVar(&namespace, "namespace", "", "node metadata: the workload's namespace, for staged rollout")
 	f.StringVar(&workload, "workload", "", "node metadata: the workload's name")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&dstPrincipal, "destination-principal", "", "the principal the destination gives the agent, which the auth check checks for clients without forwarded credentials (default: User:<--destination-sasl-user>, an OAuth token's subject, or User:ANONYMOUS without SASL or a client certificate)")
+	f.StringVar(&dstSuperUsers, "destination-super-users", "", "the destination's super.users, comma-separated: the auth check allows them everything (ACLs do not show them)")
 	srcSec.add(f, "source")
 	dstSec.add(f, "destination")
 	clients.add(f, f)
