@@ -8,7 +8,8 @@ import (
 	"github.com/baton-kafka/baton/xds"
 )
 
-// Shadow switches the PROXY shadow-destination features (docs/design.md §12; not acted on yet).
+// Shadow switches the PROXY shadow-destination features (docs/design.md §12;
+// agents act on AuthCheck and AuthEnforce, filter/authcheck, so far).
 type Shadow struct {
 	LatencyEmulation bool `json:"latencyEmulation,omitempty"`
 	AuthCheck        bool `json:"authCheck,omitempty"`
