@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -95,8 +96,11 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 				// Known from SASL flags (a user, or an OAuth token's
 				// subject); else User:ANONYMOUS without SASL or a client
 				// certificate (the agent's default), else unknown.
-				if dstPrincipal, err = dstSec.principal(cmd.Context()); err != nil {
-					log.Warn("auth check: the destination principal is unknown (--destination-principal)", "err", err)
+				pctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
+				dstPrincipal, err = dstSec.principal(pctx)
+				cancel()
+				if err != nil {
+					log.Warn("auth check: the destination principal is unknown; name it (--destination-principal)", "err", err)
 				}
 			}
 			reg := prometheus.NewRegistry()
