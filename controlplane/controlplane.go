@@ -111,6 +111,9 @@ type ControlPlane struct {
 	ctx    context.Context // cutover goroutines' lifetime
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// gateChecks are the cutover gates after the time lag, in check
+	// order; set in New.
+	gateChecks []gateCheck
 
 	mu      sync.Mutex
 	version uint64

@@ -62,6 +62,9 @@ func (cp *ControlPlane) Handler() http.Handler {
 			Actor  string `json:"actor"`
 			Reason string `json:"reason"`
 			State  string `json:"state"`
+			// Force lists the cutover gates a migrate is forced past
+			// (gate names, or "all").
+			Force []string `json:"force"`
 		}
 		if !readJSON(w, r, &req) {
 			return
@@ -71,7 +74,10 @@ func (cp *ControlPlane) Handler() http.Handler {
 		var err error
 		switch r.PathValue("op") {
 		case "migrate":
-			t, err = cp.Migrate(r.Context(), name, actor)
+			var force []Gate
+			if force, err = ParseForce(req.Force); err == nil {
+				t, err = cp.Migrate(r.Context(), name, actor, force...)
+			}
 		case "abort":
 			t, err = cp.Abort(r.Context(), name, actor, req.Reason)
 		case "state":
@@ -257,11 +263,19 @@ func (c *APIClient) Status(ctx context.Context, name string) (TopicStatus, error
 	return out, c.do(ctx, http.MethodGet, "/v1/topics/"+url.PathEscape(name), nil, &out)
 }
 
-// Op runs migrate, abort or state on a topic.
+// Op runs abort or state on a topic, or migrate without forcing a gate.
 func (c *APIClient) Op(ctx context.Context, name, op, actor, reason, state string) (Topic, error) {
 	var out Topic
 	return out, c.do(ctx, http.MethodPost, "/v1/topics/"+url.PathEscape(name)+"/"+op,
 		map[string]string{"actor": actor, "reason": reason, "state": state}, &out)
+}
+
+// Migrate starts a cutover of name, forced past the gates listed in force
+// (gate names, or "all"; none when empty).
+func (c *APIClient) Migrate(ctx context.Context, name, actor string, force []string) (Topic, error) {
+	var out Topic
+	return out, c.do(ctx, http.MethodPost, "/v1/topics/"+url.PathEscape(name)+"/migrate",
+		map[string]any{"actor": actor, "force": force}, &out)
 }
 
 // Agents lists agents.

@@ -134,6 +134,7 @@ func newTopicCmd() *cobra.Command {
 	}
 	op := func(name, short string) *cobra.Command {
 		var reason string
+		var force []string
 		c := &cobra.Command{
 			Use: name + " TOPIC", Short: short, Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
@@ -144,7 +145,12 @@ func newTopicCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				t, err := cl.Op(cmd.Context(), args[0], name, actor, reason, "")
+				var t controlplane.Topic
+				if name == "migrate" {
+					t, err = cl.Migrate(cmd.Context(), args[0], actor, force)
+				} else {
+					t, err = cl.Op(cmd.Context(), args[0], name, actor, reason, "")
+				}
 				if err != nil {
 					return err
 				}
@@ -153,6 +159,11 @@ func newTopicCmd() *cobra.Command {
 		}
 		if name == "abort" {
 			c.Flags().StringVar(&reason, "reason", "", "why, for the event log")
+		}
+		if name == "migrate" {
+			c.Flags().StringSliceVar(&force, "force", nil, "start even though these cutover gates refuse (comma-separated: "+
+				gateNames()+"; --force alone: all); the event log records each gate forced past and why")
+			c.Flags().Lookup("force").NoOptDefVal = controlplane.ForceAll
 		}
 		return c
 	}
@@ -254,4 +265,12 @@ func newAgentsCmd() *cobra.Command {
 	}
 	api = apiFlags(cmd, &output)
 	return cmd
+}
+
+func gateNames() string {
+	s := make([]string, len(controlplane.Gates))
+	for i, g := range controlplane.Gates {
+		s[i] = string(g)
+	}
+	return strings.Join(s, ", ")
 }
