@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -39,6 +40,9 @@ func NewEBPF() (Counters, error) {
 	defer loaded.mu.Unlock()
 	if loaded.refs == 0 {
 		if err := load(); err != nil {
+			if errors.Is(err, os.ErrPermission) {
+				return nil, fmt.Errorf("%w: not permitted (needs root, or CAP_BPF and CAP_PERFMON): %w", ErrLoad, err)
+			}
 			return nil, fmt.Errorf("%w: %w", ErrLoad, err)
 		}
 	}
@@ -48,10 +52,9 @@ func NewEBPF() (Counters, error) {
 
 func load() error {
 	// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; later ones
-	// to the cgroup, and this does nothing.
-	if err := rlimit.RemoveMemlock(); err != nil {
-		return err
-	}
+	// to the cgroup, and this does nothing. Its failure (not root) is not
+	// returned: the load then fails with the reason that matters.
+	_ = rlimit.RemoveMemlock()
 	spec, err := loadCounters()
 	if err != nil {
 		return err
