@@ -34,6 +34,7 @@ import (
 
 	"github.com/baton-kafka/baton/agent/internal/framing"
 	"github.com/baton-kafka/baton/agent/internal/upstream"
+	"github.com/baton-kafka/baton/bpf"
 	"github.com/baton-kafka/baton/filter"
 	"github.com/baton-kafka/baton/filter/pidmap"
 	"github.com/baton-kafka/baton/internal/errprefix"
@@ -83,6 +84,7 @@ type config struct {
 	cpNode          *core.Node
 	producerIDs     int
 	producerIDIdle  time.Duration
+	byteCounters    bpf.Mode
 }
 
 // Listen sets the address producers connect to, overriding 127.0.0.1:9092.
@@ -219,6 +221,9 @@ type Agent struct {
 	closing   atomic.Bool
 	ready     atomic.Bool
 	serving   chan struct{} // closed once the listener accepts
+
+	counters bpf.Counters // client connections' bytes (counters.go)
+	tracked  trackedConns
 }
 
 // New validates the options and binds the listeners. Run serves.
@@ -353,6 +358,13 @@ func New(opts ...Opt) (*Agent, error) {
 			return nil, fmt.Errorf("%w: admin listen %q: %w", ErrBadConfig, cfg.admin, err)
 		}
 	}
+	if err := a.openCounters(); err != nil {
+		reserved.Close()
+		if a.adminLn != nil {
+			a.adminLn.Close()
+		}
+		return nil, err
+	}
 	return a, nil
 }
 
@@ -377,6 +389,7 @@ func (a *Agent) Routes() *RouteTable { return a.routes }
 // Run learns what both clusters support, then serves until ctx ends; it
 // closes every connection before it returns.
 func (a *Agent) Run(ctx context.Context) error {
+	defer a.counters.Close() // after every connection closed (LIFO)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if a.adminLn != nil {

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/baton-kafka/baton/agent"
+	"github.com/baton-kafka/baton/bpf"
 	"github.com/baton-kafka/baton/filter"
 	"github.com/baton-kafka/baton/filter/metrics"
 	"github.com/baton-kafka/baton/migration"
@@ -26,6 +27,7 @@ func newAgentCmd() *cobra.Command {
 	var (
 		listen, advertise, admin, source, destination, routesFile, logLevel string
 		controlPlane, nodeID, namespace, workload                           string
+		byteCounters                                                        string
 		maxFrame                                                            int32
 		connBuffered, buffered                                              int64
 		forwardDeadline, producerIDIdle, frameTimeout, idleTimeout          time.Duration
@@ -78,6 +80,10 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 				defer conn.Close()
 				cpOpts = append(cpOpts, agent.ControlPlane(conn, xds.NodeMeta(nodeID, namespace, workload)))
 			}
+			counters, err := bpf.ParseMode(byteCounters)
+			if err != nil {
+				return fmt.Errorf("--byte-counters: %w", err)
+			}
 			srcSecurity, err := srcSec.agentSecurity()
 			if err != nil {
 				return err
@@ -107,6 +113,7 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 				agent.FrameTimeout(frameTimeout), agent.IdleTimeout(idleTimeout),
 				agent.UpstreamConns(upstreamConns),
 				agent.ProducerIDs(producerIDs), agent.ProducerIDIdle(producerIDIdle),
+				agent.ByteCounters(counters),
 				agent.Filters([]filter.Factory{mf}...),
 				agent.Logger(log), agent.Registry(reg),
 			}, cpOpts...)...)
@@ -140,6 +147,7 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 	f.StringVar(&nodeID, "node-id", "", "this agent's node id at the control plane (default: the hostname)")
 	f.StringVar(&namespace, "namespace", "", "node metadata: the workload's namespace, for staged rollout")
 	f.StringVar(&workload, "workload", "", "node metadata: the workload's name")
+	f.StringVar(&byteCounters, "byte-counters", string(bpf.Auto), "how client connections' bytes are counted: auto (ebpf when it loads, else userspace), userspace, or ebpf (fail if it cannot load)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	srcSec.add(f, "source")
 	dstSec.add(f, "destination")
