@@ -534,6 +534,10 @@ func (a *Agent) adminHandler() http.Handler {
 		routes, v := a.routes.Snapshot()
 		fmt.Fprintf(w, "version %d\n", v)
 		for _, r := range routes {
+			if r.State == migration.Proxy && r.LatencyEmulation && r.Latency != nil {
+				fmt.Fprintf(w, "%s\t%s\tlatency emulation p50 %v p99 %v\n", r.Topic, r.State, r.Latency.P50, r.Latency.P99)
+				continue
+			}
 			fmt.Fprintf(w, "%s\t%s\n", r.Topic, r.State)
 		}
 	})

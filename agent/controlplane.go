@@ -13,6 +13,7 @@ import (
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/filter"
+	"github.com/baton-kafka/baton/filter/latency"
 	"github.com/baton-kafka/baton/filter/pidmap"
 	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/xds"
@@ -69,6 +70,10 @@ func (a *Agent) applyRoutes(version uint64, trs []*batonv1.TopicRoute) error {
 			return fmt.Errorf("topic %q: %w", tr.GetTopic(), err)
 		}
 		r.State, r.Mode = st, migration.HoldModeFromProto(tr.GetMode())
+		r.LatencyEmulation = tr.GetShadow().GetLatencyEmulation()
+		if l := tr.GetDestinationLatency(); l != nil {
+			r.Latency = &latency.Profile{P50: l.GetP50().AsDuration(), P99: l.GetP99().AsDuration()}
+		}
 		if r.copied, err = copiedBatches(tr.GetTopic(), tr.GetSourceBatches()); err != nil {
 			return fmt.Errorf("topic %q: %w", tr.GetTopic(), err)
 		}

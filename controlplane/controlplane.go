@@ -51,6 +51,8 @@ type config struct {
 	apiTokens    []APIToken
 	apiIDs       []APIIdentity
 	nodeAuth     *nodeAuth
+	// latencyRefresh: latency.go.
+	latencyRefresh time.Duration
 }
 
 // WithStore sets the state store (required).
@@ -126,6 +128,8 @@ type ControlPlane struct {
 	// restored in the background (guardLoop); wakeGuards wakes it.
 	guards     map[string]*guardRestore
 	wakeGuards chan struct{}
+	// latency is each topic's destination latency as last pushed (latency.go).
+	latency map[string]pushedLatency
 	// guardMu serializes calls into the write guard: a Protect of the
 	// guard loop never runs once the cutover's Lift began (it re-checks
 	// the topic's state under guardMu first).
@@ -145,7 +149,8 @@ type run struct {
 // publishes the routes.
 func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 	cfg := config{guard: NoGuard{}, lease: migration.DefaultLease, forward: migration.DefaultForwardDeadline,
-		timeout: DefaultCutoverTimeout, poll: DefaultPollInterval, guardResync: DefaultGuardResync, log: slog.Default(), now: time.Now}
+		timeout: DefaultCutoverTimeout, poll: DefaultPollInterval, guardResync: DefaultGuardResync, log: slog.Default(), now: time.Now,
+		latencyRefresh: DefaultLatencyRefresh}
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
@@ -160,6 +165,8 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 		return nil, fmt.Errorf("%w: want 0 < forward deadline (%v) < lease (%v)", ErrBadConfig, cfg.forward, cfg.lease)
 	case cfg.timeout <= 0 || cfg.poll <= 0 || cfg.guardResync <= 0:
 		return nil, fmt.Errorf("%w: cutover timeout, poll interval and guard resync must be positive", ErrBadConfig)
+	case cfg.latencyRefresh <= 0:
+		return nil, fmt.Errorf("%w: latency refresh %v must be positive", ErrBadConfig, cfg.latencyRefresh)
 	}
 	if cfg.xds == nil {
 		cfg.xds = xds.NewServer(xds.WithLogger(cfg.log), xds.WithClock(cfg.now))
@@ -167,7 +174,7 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 	cp := &ControlPlane{cfg: cfg, log: cfg.log.With("component", "controlplane"), now: cfg.now, store: cfg.store,
 		topics: map[string]*Topic{}, agents: map[string]*Agent{}, dirty: map[string]bool{},
 		runs: map[string]*run{}, changed: make(chan struct{}),
-		guards: map[string]*guardRestore{}, wakeGuards: make(chan struct{}, 1)}
+		guards: map[string]*guardRestore{}, wakeGuards: make(chan struct{}, 1), latency: map[string]pushedLatency{}}
 	cp.ctx, cp.cancel = context.WithCancel(context.Background())
 	version, topics, agents, err := cfg.store.Load(ctx)
 	if err != nil {
@@ -205,6 +212,10 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 	}
 	cp.wg.Add(1)
 	go func() { defer cp.wg.Done(); cp.guardLoop() }()
+	if src, ok := cfg.repl.(LatencySource); ok {
+		cp.wg.Add(1)
+		go func() { defer cp.wg.Done(); cp.latencyLoop(src) }()
+	}
 	for _, t := range inFlight {
 		co := Cutover{Attempt: t.Attempts, Actor: ActorControlPlane}
 		if t.Cutover != nil {
@@ -338,6 +349,7 @@ func (cp *ControlPlane) route(t *Topic) *batonv1.TopicRoute {
 		r.Shadow = &batonv1.ShadowFeatures{LatencyEmulation: s.LatencyEmulation, AuthCheck: s.AuthCheck,
 			AuthEnforce: s.AuthEnforce, Tagging: s.Tagging, Headroom: s.Headroom}
 	}
+	r.DestinationLatency = cp.latencyProfileLocked(t)
 	return r
 }
 
@@ -444,6 +456,9 @@ type TopicStatus struct {
 	// Diverged names the partitions whose destination copy took a write
 	// not the replicator's (a cutover is refused): partition -> why.
 	Diverged map[int32]string `json:"diverged,omitempty"`
+	// DestinationLatency is the destination latency agents were last sent
+	// for latency emulation (PROXY, emulation on).
+	DestinationLatency *DestinationLatency `json:"destinationLatency,omitempty"`
 }
 
 // Status returns a topic with its time lag.
@@ -452,7 +467,7 @@ func (cp *ControlPlane) Status(name string) (TopicStatus, error) {
 	if err != nil {
 		return TopicStatus{}, err
 	}
-	st := TopicStatus{Topic: t}
+	st := TopicStatus{Topic: t, DestinationLatency: cp.destinationLatency(name)}
 	cp.mu.Lock()
 	st.GuardRestore = cp.guardPendingLocked(name)
 	cp.mu.Unlock()

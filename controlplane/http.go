@@ -24,6 +24,7 @@ import (
 //	POST   /v1/topics/{name}/migrate      start a cutover   {"actor"}
 //	POST   /v1/topics/{name}/abort        abort a cutover   {"actor","reason"}
 //	POST   /v1/topics/{name}/state        REJECT <-> PROXY  {"actor","state"}
+//	POST   /v1/topics/{name}/shadow       switch shadow features {"actor","latencyEmulation"}
 //	DELETE /v1/topics/{name}              stop managing
 //	GET    /v1/agents                     agents: lease and xDS state
 //	GET    /v1/events?topic=&after=&follow=1   the audit log (NDJSON when following)
@@ -65,6 +66,7 @@ func (cp *ControlPlane) Handler() http.Handler {
 			// Force lists the cutover gates a migrate is forced past
 			// (gate names, or "all").
 			Force []string `json:"force"`
+			ShadowChange
 		}
 		if !readJSON(w, r, &req) {
 			return
@@ -80,6 +82,8 @@ func (cp *ControlPlane) Handler() http.Handler {
 			}
 		case "abort":
 			t, err = cp.Abort(r.Context(), name, actor, req.Reason)
+		case "shadow":
+			t, err = cp.SetShadow(r.Context(), name, req.ShadowChange, actor)
 		case "state":
 			var s migration.State
 			if s, err = migration.ParseState(req.State); err == nil {
@@ -276,6 +280,16 @@ func (c *APIClient) Migrate(ctx context.Context, name, actor string, force []str
 	var out Topic
 	return out, c.do(ctx, http.MethodPost, "/v1/topics/"+url.PathEscape(name)+"/migrate",
 		map[string]any{"actor": actor, "force": force}, &out)
+}
+
+// Shadow switches a topic's shadow features.
+func (c *APIClient) Shadow(ctx context.Context, name string, ch ShadowChange, actor string) (Topic, error) {
+	var out Topic
+	body := struct {
+		ShadowChange
+		Actor string `json:"actor"`
+	}{ch, actor}
+	return out, c.do(ctx, http.MethodPost, "/v1/topics/"+url.PathEscape(name)+"/shadow", body, &out)
 }
 
 // Agents lists agents.

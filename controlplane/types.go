@@ -8,7 +8,8 @@ import (
 	"github.com/baton-kafka/baton/xds"
 )
 
-// Shadow switches the PROXY shadow-destination features (docs/design.md §12; not acted on yet).
+// Shadow switches the PROXY shadow-destination features (docs/design.md §12:
+// latency emulation is built, the others are not acted on yet).
 type Shadow struct {
 	LatencyEmulation bool `json:"latencyEmulation,omitempty"`
 	AuthCheck        bool `json:"authCheck,omitempty"`
@@ -117,6 +118,8 @@ const (
 	EventAborted       = "aborted"
 	EventRolledBack    = "rolled_back"
 	EventRecovered     = "recovered_after_restart"
+	// EventShadowChanged: a topic's shadow features were switched.
+	EventShadowChanged = "shadow_changed"
 )
 
 // Event is one audit log entry.

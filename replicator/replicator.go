@@ -179,6 +179,9 @@ type Replicator struct {
 
 	configMu       sync.Mutex                   // guards lastSrcConfigs (SyncConfigs)
 	lastSrcConfigs map[string]map[string]string // S's mirrored dynamic configs at the last pass, by topic
+
+	latMu   sync.Mutex                // guards latency (the map; each window has its own lock)
+	latency map[string]*latencyWindow // destination ack latency by topic (latency.go)
 }
 
 type producerID struct {
@@ -277,6 +280,9 @@ func New(opts ...Opt) (*Replicator, error) {
 		cfg: cfg, log: cfg.log.With("component", "replicator"), now: cfg.now, metrics: m,
 		topics: map[string]*topicState{}, changed: make(chan struct{}),
 		lastSrcConfigs: map[string]map[string]string{},
+	}
+	if err := cfg.registry.Register(newLatencyCollector(r)); err != nil {
+		return nil, err
 	}
 	for _, t := range cfg.topics {
 		r.Start(t)
@@ -523,6 +529,7 @@ func (r *Replicator) Stop(ctx context.Context, topic string) (Stopped, error) {
 	var dropped int
 	out.Recent, dropped = newest(recent, r.now().Add(-r.cfg.recentWindow), r.cfg.recentBatches)
 	delete(r.topics, topic)
+	r.forgetLatency(topic)
 	h := Handoff{Topic: topic}
 	for _, p := range st.Partitions {
 		if p.Next < 0 {
