@@ -425,6 +425,13 @@ func (r *Replicator) step(ctx context.Context, p *partState) (err error) {
 			r.skip(p, b, "empty") // compaction keeps a batch's producer state
 			continue
 		}
+		if f := r.onRead.Load(); f != nil {
+			r.mu.Lock()
+			after := p.lag.before(b.baseOffset)
+			r.mu.Unlock()
+			(*f)(SourceRead{Topic: p.topic, Partition: p.p, BaseOffset: b.baseOffset, End: b.lastOffset() + 1,
+				ProducerID: b.producerID, After: after, At: r.now()})
+		}
 		raw, runs := b.raw, []srcRun{{src: b.baseOffset, n: b.numRecords}}
 		if !b.contiguous() || b.baseOffset < p.next {
 			// Compaction removed records inside the batch, or the copy
