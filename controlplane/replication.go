@@ -35,6 +35,12 @@ type Replication interface {
 	Diverged(topic string) map[int32]string
 }
 
+// SourceReader is a Replication that tells every data batch it reads from
+// the source, for bypass detection (docs/design.md §12).
+type SourceReader interface {
+	OnSourceRead(func(replicator.SourceRead))
+}
+
 // ReplicatorAdapter drives a replicator.Replicator in this process; Source
 // reads the source cluster's end offsets.
 type ReplicatorAdapter struct {
@@ -42,7 +48,13 @@ type ReplicatorAdapter struct {
 	Source *kadm.Client
 }
 
-var _ Replication = (*ReplicatorAdapter)(nil)
+var (
+	_ Replication  = (*ReplicatorAdapter)(nil)
+	_ SourceReader = (*ReplicatorAdapter)(nil)
+)
+
+// OnSourceRead implements SourceReader.
+func (a *ReplicatorAdapter) OnSourceRead(f func(replicator.SourceRead)) { a.R.OnSourceRead(f) }
 
 // Start implements Replication.
 func (a *ReplicatorAdapter) Start(topic string) error { a.R.Start(topic); return nil }
