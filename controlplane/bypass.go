@@ -180,7 +180,7 @@ func (cp *ControlPlane) noteSourceRead(r replicator.SourceRead) {
 	}
 	if n := len(a.pending); n > 0 {
 		last := &a.pending[n-1]
-		if last.pid == r.ProducerID && last.end == r.BaseOffset && r.At.Sub(last.at) < time.Second {
+		if last.pid == r.ProducerID && last.end == r.BaseOffset && r.Seen.Sub(last.at) < time.Second {
 			last.end = r.End // one producer's run of batches: one entry
 			return
 		}
@@ -192,7 +192,9 @@ func (cp *ControlPlane) noteSourceRead(r replicator.SourceRead) {
 		a.judged = max(a.judged, drop.end)
 		cp.bypassMetrics.unknown.WithLabelValues(r.Topic).Add(float64(drop.end - drop.start))
 	}
-	a.pending = append(a.pending, sourceRead{start: r.BaseOffset, end: r.End, pid: r.ProducerID, after: r.After, at: r.At})
+	// The grace counts from when the batch was known to be in S (an agent
+	// was answered about then), not from when the copy got to it.
+	a.pending = append(a.pending, sourceRead{start: r.BaseOffset, end: r.End, pid: r.ProducerID, after: r.After, at: r.Seen})
 }
 
 // noteWrites takes an agent's heartbeat report of what it wrote: its acked

@@ -427,10 +427,14 @@ func (r *Replicator) step(ctx context.Context, p *partState) (err error) {
 		}
 		if f := r.onRead.Load(); f != nil {
 			r.mu.Lock()
-			after := p.lag.before(b.baseOffset)
+			after, seen := p.lag.before(b.baseOffset), p.lag.seen(b.baseOffset)
 			r.mu.Unlock()
+			at := r.now()
+			if seen.IsZero() || seen.After(at) {
+				seen = at
+			}
 			(*f)(SourceRead{Topic: p.topic, Partition: p.p, BaseOffset: b.baseOffset, End: b.lastOffset() + 1,
-				ProducerID: b.producerID, After: after, At: r.now()})
+				ProducerID: b.producerID, After: after, Seen: seen, At: at})
 		}
 		raw, runs := b.raw, []srcRun{{src: b.baseOffset, n: b.numRecords}}
 		if !b.contiguous() || b.baseOffset < p.next {

@@ -72,3 +72,14 @@ func (l *lagClock) before(offset int64) time.Time {
 	}
 	return at
 }
+
+// seen returns the time of the first sample whose end offset was above
+// offset (the record at offset was there), or the zero time without one.
+func (l *lagClock) seen(offset int64) time.Time {
+	for _, s := range l.samples {
+		if s.end > offset {
+			return s.at
+		}
+	}
+	return time.Time{}
+}

@@ -803,7 +803,10 @@ type SourceRead struct {
 	// BaseOffset (from the lag samples): the batch was appended after it.
 	// Zero when no sample says.
 	After time.Time
-	// At is when the batch was read: it was appended before.
+	// Seen is when a sample of the source's end offsets first showed the
+	// batch (else At): it was appended before, whenever the copy got to it.
+	Seen time.Time
+	// At is when the batch was read.
 	At time.Time
 }
 
