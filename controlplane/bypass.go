@@ -382,7 +382,7 @@ func (cp *ControlPlane) judge(now time.Time) {
 					continue
 				}
 				cp.bypassMetrics.unattributed.WithLabelValues(topic).Add(float64(missing))
-				what := fmt.Sprintf("partition %d offset %d: %d records of producer id %d no agent wrote", p, from, missing, r.pid)
+				what := fmt.Sprintf("partition %d offset %d: %d records of producer id %d that no agent wrote", p, from, missing, r.pid)
 				b.last[topic] = lastBypass{at: now, what: what}
 				if last, ok := a.evented[r.pid]; ok && now.Sub(last) < DefaultBypassDedupe {
 					continue
@@ -399,7 +399,7 @@ func (cp *ControlPlane) judge(now time.Time) {
 	b.mu.Unlock()
 	for _, e := range events {
 		info := e.info
-		reason := e.why + " through an agent: a producer writes the source directly and would be forgotten at the cutover " +
+		reason := e.why + ": a producer writes the source around the agents and would be forgotten at the cutover " +
 			"(nobody copies the source after it). Find it by its producer id (kafka-producers --describe, or the " +
 			"broker's request log) and point it at its Baton agent before migrating"
 		cp.log.Warn("forgotten producer: "+e.why, "topic", e.topic, "partition", info.Partition, "offset", info.Offset,
