@@ -85,6 +85,7 @@ type config struct {
 	producerIDs     int
 	producerIDIdle  time.Duration
 	byteCounters    bpf.Mode
+	writeRanges     WriteRangesMode
 }
 
 // Listen sets the address producers connect to, overriding 127.0.0.1:9092.
@@ -202,7 +203,8 @@ type Agent struct {
 	cp       *cpLink          // nil with static routes
 	filters  []filter.Factory // every connection's chain (see chain.go)
 	inflight inflight
-	acked    ackedEnds // the end of what each source partition acked, for the drain
+	acked    ackedEnds     // the end of what each source partition acked, for the drain
+	writes   *sourceWrites // what was written to the source, for bypass detection
 	// principals are the client principals' upstream clusters
 	// (SASLForward, see clientsec.go).
 	principals principals
@@ -303,6 +305,7 @@ func New(opts ...Opt) (*Agent, error) {
 		serving: make(chan struct{}),
 	}
 	a.metrics = newMetrics(cfg.registry)
+	a.writes = newSourceWrites(cfg.writeRanges == WriteRangesOn || (cfg.writeRanges == WriteRangesAuto && cfg.cpConn != nil), cfg.routes)
 	a.budget = framing.NewBudget(cfg.buffered, cfg.connBuffered)
 	cfg.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "baton_agent_buffered_request_bytes",

@@ -43,7 +43,8 @@ func (a *Agent) newCPLink() (*cpLink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: control plane: %w", ErrBadConfig, err)
 	}
-	l.keeper, err = xds.NewLeaseKeeper(a.cfg.cpConn, a.cfg.cpNode, a.leaseReport, xds.ClientLogger(a.log))
+	l.keeper, err = xds.NewLeaseKeeper(a.cfg.cpConn, a.cfg.cpNode, a.leaseReport, xds.ClientLogger(a.log),
+		xds.OnDelivered(a.writes.delivered))
 	if err != nil {
 		return nil, fmt.Errorf("%w: control plane: %w", ErrBadConfig, err)
 	}
@@ -98,9 +99,11 @@ func (a *Agent) applyRoutes(version uint64, trs []*batonv1.TopicRoute) error {
 // leaseReport is what every heartbeat carries: the applied version and,
 // per managed topic, forwarded produce requests still in flight, whether
 // the agent has stopped forwarding the topic, and the end of what it acked
-// per partition.
+// per partition, and what it wrote to the source since its last answered
+// report (bypass detection, docs/design.md §12).
 func (a *Agent) leaseReport() (uint64, []*batonv1.TopicDrain) {
 	routes, _ := a.routes.Snapshot()
+	writes := a.writes.report()
 	out := make([]*batonv1.TopicDrain, 0, len(routes))
 	for _, r := range routes {
 		n := a.inflight.count(r.Topic)
@@ -109,7 +112,7 @@ func (a *Agent) leaseReport() (uint64, []*batonv1.TopicDrain) {
 		ends := a.acked.of(r.Topic)
 		stopped := r.Target() != filter.Source
 		out = append(out, &batonv1.TopicDrain{Topic: r.Topic, InFlight: uint32(n), StoppedForwarding: stopped,
-			Drained: stopped && n == 0, AckedEnds: ends})
+			Drained: stopped && n == 0, AckedEnds: ends, Writes: writes[r.Topic]})
 	}
 	return a.cp.applied.Load(), out
 }

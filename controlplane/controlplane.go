@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -53,6 +54,10 @@ type config struct {
 	nodeAuth     *nodeAuth
 	// latencyRefresh: latency.go.
 	latencyRefresh time.Duration
+	bypassGrace    time.Duration // 0: the lease
+	bypassWatch    time.Duration
+	bypassPoll     time.Duration
+	registry       prometheus.Registerer
 }
 
 // WithStore sets the state store (required).
@@ -134,6 +139,9 @@ type ControlPlane struct {
 	// guard loop never runs once the cutover's Lift began (it re-checks
 	// the topic's state under guardMu first).
 	guardMu sync.Mutex
+
+	byp           *bypass // bypass detection (bypass.go)
+	bypassMetrics *bypassMetrics
 }
 
 type run struct {
@@ -150,7 +158,8 @@ type run struct {
 func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 	cfg := config{guard: NoGuard{}, lease: migration.DefaultLease, forward: migration.DefaultForwardDeadline,
 		timeout: DefaultCutoverTimeout, poll: DefaultPollInterval, guardResync: DefaultGuardResync, log: slog.Default(), now: time.Now,
-		latencyRefresh: DefaultLatencyRefresh}
+		latencyRefresh: DefaultLatencyRefresh,
+		bypassWatch:    DefaultBypassWatch, bypassPoll: DefaultBypassPoll}
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
@@ -167,6 +176,17 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 		return nil, fmt.Errorf("%w: cutover timeout, poll interval and guard resync must be positive", ErrBadConfig)
 	case cfg.latencyRefresh <= 0:
 		return nil, fmt.Errorf("%w: latency refresh %v must be positive", ErrBadConfig, cfg.latencyRefresh)
+	case cfg.bypassWatch < 0:
+		return nil, fmt.Errorf("%w: bypass watch %v is negative (0 turns it off)", ErrBadConfig, cfg.bypassWatch)
+	case cfg.bypassGrace < 0 || cfg.bypassPoll <= 0:
+		return nil, fmt.Errorf("%w: bypass grace %v must not be negative, bypass poll %v must be positive", ErrBadConfig, cfg.bypassGrace, cfg.bypassPoll)
+	}
+	if cfg.registry == nil {
+		cfg.registry = prometheus.NewRegistry()
+	}
+	bm, err := newBypassMetrics(cfg.registry)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.xds == nil {
 		cfg.xds = xds.NewServer(xds.WithLogger(cfg.log), xds.WithClock(cfg.now))
@@ -174,7 +194,8 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 	cp := &ControlPlane{cfg: cfg, log: cfg.log.With("component", "controlplane"), now: cfg.now, store: cfg.store,
 		topics: map[string]*Topic{}, agents: map[string]*Agent{}, dirty: map[string]bool{},
 		runs: map[string]*run{}, changed: make(chan struct{}),
-		guards: map[string]*guardRestore{}, wakeGuards: make(chan struct{}, 1), latency: map[string]pushedLatency{}}
+		guards: map[string]*guardRestore{}, wakeGuards: make(chan struct{}, 1), latency: map[string]pushedLatency{},
+		byp: newBypass(), bypassMetrics: bm}
 	cp.ctx, cp.cancel = context.WithCancel(context.Background())
 	version, topics, agents, err := cfg.store.Load(ctx)
 	if err != nil {
@@ -210,8 +231,12 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 			"writing the destination directly diverges it, and its cutover is then refused. Enable an authorizer on the " +
 			"destination (with SASL for the replicator) to have Baton deny such writes")
 	}
-	cp.wg.Add(1)
+	cp.wg.Add(2)
 	go func() { defer cp.wg.Done(); cp.guardLoop() }()
+	go func() { defer cp.wg.Done(); cp.bypassLoop() }()
+	if r, ok := cfg.repl.(SourceReader); ok {
+		r.OnSourceRead(cp.noteSourceRead)
+	}
 	if src, ok := cfg.repl.(LatencySource); ok {
 		cp.wg.Add(1)
 		go func() { defer cp.wg.Done(); cp.latencyLoop(src) }()
@@ -621,6 +646,11 @@ func (cp *ControlPlane) Heartbeat(ctx context.Context, req *batonv1.HeartbeatReq
 		cp.dirty[a.Node] = true
 	}
 	cp.mu.Unlock()
+	var sentAt time.Time
+	if req.GetSentAt() != nil {
+		sentAt = req.GetSentAt().AsTime()
+	}
+	cp.noteWrites(now, sentAt, req.GetTopics())
 	if !known {
 		// A new agent is stored before its first grant is answered, so a
 		// restarted control plane knows it may be forwarding.

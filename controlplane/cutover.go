@@ -319,7 +319,7 @@ func (cp *ControlPlane) cutoverSteps(ctx context.Context, name string, co Cutove
 		return fmt.Errorf("%w: before storing COMPLETE", errTimedOut)
 	}
 	t := *cp.topics[name]
-	t.State, t.Cutover = migration.Complete, nil
+	t.State, t.Cutover, t.CompletedAt = migration.Complete, nil, cp.now()
 	// Agents answer a client's retry of one of these from its copy (§9).
 	t.SourceBatches, t.SourceBatchesUntil = recent, cp.now().Add(SourceBatchesKept)
 	// Bounded by the deadline too. A write etcd applies after the client

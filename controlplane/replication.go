@@ -45,6 +45,12 @@ type LatencySource interface {
 	DestinationLatency(topic string) (replicator.Latency, bool)
 }
 
+// SourceReader is a Replication that tells every data batch it reads from
+// the source, for bypass detection (docs/design.md §12).
+type SourceReader interface {
+	OnSourceRead(func(replicator.SourceRead))
+}
+
 // ReplicatorAdapter drives a replicator.Replicator in this process; Source
 // reads the source cluster's end offsets.
 type ReplicatorAdapter struct {
@@ -55,12 +61,16 @@ type ReplicatorAdapter struct {
 var (
 	_ Replication   = (*ReplicatorAdapter)(nil)
 	_ LatencySource = (*ReplicatorAdapter)(nil)
+	_ SourceReader  = (*ReplicatorAdapter)(nil)
 )
 
 // DestinationLatency implements LatencySource.
 func (a *ReplicatorAdapter) DestinationLatency(topic string) (replicator.Latency, bool) {
 	return a.R.DestinationLatency(topic)
 }
+
+// OnSourceRead implements SourceReader.
+func (a *ReplicatorAdapter) OnSourceRead(f func(replicator.SourceRead)) { a.R.OnSourceRead(f) }
 
 // Start implements Replication.
 func (a *ReplicatorAdapter) Start(topic string) error { a.R.Start(topic); return nil }

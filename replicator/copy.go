@@ -425,6 +425,17 @@ func (r *Replicator) step(ctx context.Context, p *partState) (err error) {
 			r.skip(p, b, "empty") // compaction keeps a batch's producer state
 			continue
 		}
+		if f := r.onRead.Load(); f != nil {
+			r.mu.Lock()
+			after, seen := p.lag.before(b.baseOffset), p.lag.seen(b.baseOffset)
+			r.mu.Unlock()
+			at := r.now()
+			if seen.IsZero() || seen.After(at) {
+				seen = at
+			}
+			(*f)(SourceRead{Topic: p.topic, Partition: p.p, BaseOffset: b.baseOffset, End: b.lastOffset() + 1,
+				ProducerID: b.producerID, After: after, Seen: seen, At: at})
+		}
 		raw, runs := b.raw, []srcRun{{src: b.baseOffset, n: b.numRecords}}
 		if !b.contiguous() || b.baseOffset < p.next {
 			// Compaction removed records inside the batch, or the copy

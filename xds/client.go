@@ -69,6 +69,7 @@ type clientConfig struct {
 	maxBackoff time.Duration
 	log        *slog.Logger
 	now        func() time.Time
+	delivered  func(topics []*batonv1.TopicDrain) // nil: nobody asks
 }
 
 // OnRoutes sets the callback applying each TopicRoute response: version is
@@ -106,6 +107,13 @@ func ClientLogger(l *slog.Logger) ClientOpt {
 // ClientClock sets the lease clock of a LeaseKeeper (default time.Now).
 func ClientClock(now func() time.Time) ClientOpt {
 	return clientOptFunc(func(c *clientConfig) { c.now = now })
+}
+
+// OnDelivered sets a callback a LeaseKeeper calls with a heartbeat's topic
+// reports once the control plane answered it (granted or not): what they
+// carried need not be sent again (default: none).
+func OnDelivered(f func(topics []*batonv1.TopicDrain)) ClientOpt {
+	return clientOptFunc(func(c *clientConfig) { c.delivered = f })
 }
 
 func newClientConfig(opts []ClientOpt) (clientConfig, error) {
@@ -623,6 +631,9 @@ func (k *LeaseKeeper) Heartbeat(ctx context.Context) (*batonv1.HeartbeatResponse
 		AckedVersion: acked, Topics: topics, SentAt: timestamppb.New(sent)})
 	if err != nil {
 		return nil, err
+	}
+	if k.cfg.delivered != nil {
+		k.cfg.delivered(topics)
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()

@@ -26,7 +26,7 @@ import (
 func newAgentCmd() *cobra.Command {
 	var (
 		listen, advertise, admin, source, destination, routesFile, logLevel string
-		controlPlane, nodeID, namespace, workload                           string
+		controlPlane, nodeID, namespace, workload, writeRanges              string
 		byteCounters                                                        string
 		maxFrame                                                            int32
 		connBuffered, buffered                                              int64
@@ -96,6 +96,10 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 			if err != nil {
 				return err
 			}
+			wr, err := parseWriteRanges(writeRanges)
+			if err != nil {
+				return err
+			}
 			reg := prometheus.NewRegistry()
 			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 			mf, err := metrics.New(reg)
@@ -112,7 +116,7 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 				agent.ConnBufferedBytes(connBuffered), agent.BufferedBytes(buffered),
 				agent.FrameTimeout(frameTimeout), agent.IdleTimeout(idleTimeout),
 				agent.UpstreamConns(upstreamConns),
-				agent.ProducerIDs(producerIDs), agent.ProducerIDIdle(producerIDIdle),
+				agent.ProducerIDs(producerIDs), agent.ProducerIDIdle(producerIDIdle), agent.WriteRanges(wr),
 				agent.ByteCounters(counters),
 				agent.Filters([]filter.Factory{mf}...),
 				agent.Logger(log), agent.Registry(reg),
@@ -144,6 +148,7 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 	f.DurationVar(&producerIDIdle, "producer-id-idle", agent.DefaultProducerIDIdle, "how long a producer id mapping outlives its producer's last batch to the destination")
 	cpTLS.add(f, "control-plane", "the control plane")
 	f.StringVar(&controlPlane, "control-plane", "", "control plane gRPC address: routes over xDS and a lease (instead of --routes)")
+	f.StringVar(&writeRanges, "write-ranges", "auto", "keep the source offset ranges of acked produce for the control plane's bypass detection: auto (with --control-plane), on (also with --routes, to measure the cost) or off")
 	f.StringVar(&nodeID, "node-id", "", "this agent's node id at the control plane (default: the hostname)")
 	f.StringVar(&namespace, "namespace", "", "node metadata: the workload's namespace, for staged rollout")
 	f.StringVar(&workload, "workload", "", "node metadata: the workload's name")
@@ -176,4 +181,17 @@ func newLogger(level string) (*slog.Logger, error) {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}
+
+// parseWriteRanges reads --write-ranges.
+func parseWriteRanges(s string) (agent.WriteRangesMode, error) {
+	switch s {
+	case "auto":
+		return agent.WriteRangesAuto, nil
+	case "on":
+		return agent.WriteRangesOn, nil
+	case "off":
+		return agent.WriteRangesOff, nil
+	}
+	return 0, fmt.Errorf(`--write-ranges: want "auto", "on" or "off", got %q`, s)
 }
