@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -201,6 +202,14 @@ func TestForgottenProducer(t *testing.T) {
 	}
 	if got := counterValue(t, p.cp.bypassMetrics.unknown.WithLabelValues("noack")); got == 0 {
 		t.Errorf("acks=0 through the agent: no record counted unattributable: the incomplete span was not used")
+	}
+
+	// The cutover gate: a topic a forgotten producer wrote within the
+	// window is not migrated, and the refusal names the gate and the
+	// producer.
+	_, err := p.cp.Migrate(ctx, "direct", "test")
+	if !errors.Is(err, ErrGateRefused) || !strings.Contains(err.Error(), "gate forgotten-producer") || !strings.Contains(err.Error(), fmt.Sprint(pid)) {
+		t.Errorf("migrate of a topic a forgotten producer wrote: %v; want the forgotten-producer gate to refuse, naming producer id %d", err, pid)
 	}
 }
 

@@ -54,10 +54,12 @@ type config struct {
 	nodeAuth     *nodeAuth
 	// latencyRefresh: latency.go.
 	latencyRefresh time.Duration
-	bypassGrace    time.Duration // 0: the lease
-	bypassWatch    time.Duration
-	bypassPoll     time.Duration
-	registry       prometheus.Registerer
+	// forgottenWindow: gates.go.
+	forgottenWindow time.Duration
+	bypassGrace     time.Duration // 0: the lease
+	bypassWatch     time.Duration
+	bypassPoll      time.Duration
+	registry        prometheus.Registerer
 }
 
 // WithStore sets the state store (required).
@@ -159,7 +161,7 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 	cfg := config{guard: NoGuard{}, lease: migration.DefaultLease, forward: migration.DefaultForwardDeadline,
 		timeout: DefaultCutoverTimeout, poll: DefaultPollInterval, guardResync: DefaultGuardResync, log: slog.Default(), now: time.Now,
 		latencyRefresh: DefaultLatencyRefresh,
-		bypassWatch:    DefaultBypassWatch, bypassPoll: DefaultBypassPoll}
+		bypassWatch:    DefaultBypassWatch, bypassPoll: DefaultBypassPoll, forgottenWindow: DefaultForgottenProducerWindow}
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
@@ -174,6 +176,8 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 		return nil, fmt.Errorf("%w: want 0 < forward deadline (%v) < lease (%v)", ErrBadConfig, cfg.forward, cfg.lease)
 	case cfg.timeout <= 0 || cfg.poll <= 0 || cfg.guardResync <= 0:
 		return nil, fmt.Errorf("%w: cutover timeout, poll interval and guard resync must be positive", ErrBadConfig)
+	case cfg.forgottenWindow < 0:
+		return nil, fmt.Errorf("%w: forgotten producer window %v is negative (0 turns the gate off)", ErrBadConfig, cfg.forgottenWindow)
 	case cfg.latencyRefresh <= 0:
 		return nil, fmt.Errorf("%w: latency refresh %v must be positive", ErrBadConfig, cfg.latencyRefresh)
 	case cfg.bypassWatch < 0:
@@ -196,6 +200,7 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 		runs: map[string]*run{}, changed: make(chan struct{}),
 		guards: map[string]*guardRestore{}, wakeGuards: make(chan struct{}, 1), latency: map[string]pushedLatency{},
 		byp: newBypass(), bypassMetrics: bm}
+	cp.gateChecks = cp.gates()
 	cp.ctx, cp.cancel = context.WithCancel(context.Background())
 	version, topics, agents, err := cfg.store.Load(ctx)
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 // unless force lists that gate; the initiated event records the gates
 // forced past.
 func (cp *ControlPlane) Migrate(ctx context.Context, name, actor string, force ...Gate) (Topic, error) {
+	refusals := cp.checkGates(name)
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	t, ok := cp.topics[name]
@@ -39,8 +40,8 @@ func (cp *ControlPlane) Migrate(ctx context.Context, name, actor string, force .
 	limit := cp.cfg.timeout / 4
 	var refused string
 	diverged := cp.cfg.repl.Diverged(name)
-	refusals, lag := cp.checkGatesLocked(name)
-	forced, stand := splitForced(refusals, force)
+	lagRefusal, lag := cp.checkLagLocked(name)
+	forced, stand := splitForced(append(lagRefusal, refusals...), force)
 	switch g := cp.guardPendingLocked(name); {
 	case len(diverged) > 0:
 		refused = divergedText(name, diverged)

@@ -77,10 +77,21 @@ type gateRefusal struct {
 
 func (r gateRefusal) String() string { return fmt.Sprintf("gate %s: %s", r.gate, r.why) }
 
-// checkGatesLocked runs every gate for a migrate of name and returns the
-// refusals, forced or not, in check order; lag is the time lag the
-// time-lag gate read (zero when unknown). cp.mu is held.
-func (cp *ControlPlane) checkGatesLocked(name string) (refusals []gateRefusal, lag time.Duration) {
+// checkGates runs the gates after the time lag for a migrate of name and
+// returns their refusals, forced or not, in check order. They read state
+// under locks of their own: cp.mu MUST NOT be held.
+func (cp *ControlPlane) checkGates(name string) (refusals []gateRefusal) {
+	for _, g := range cp.gateChecks {
+		if why := g.check(name); why != "" {
+			refusals = append(refusals, gateRefusal{g.gate, why})
+		}
+	}
+	return refusals
+}
+
+// checkLagLocked is the time-lag gate: it returns its refusal, if any, and
+// the lag it read (zero when unknown). cp.mu is held.
+func (cp *ControlPlane) checkLagLocked(name string) (refusals []gateRefusal, lag time.Duration) {
 	limit := cp.cfg.timeout / 4
 	lag, err := cp.cfg.repl.Lag(name)
 	switch {
@@ -90,11 +101,6 @@ func (cp *ControlPlane) checkGatesLocked(name string) (refusals []gateRefusal, l
 		refusals = append(refusals, gateRefusal{GateTimeLag,
 			fmt.Sprintf("time lag %v is above cutover timeout/4 = %v", lag.Round(time.Millisecond), limit)})
 	}
-	for _, g := range cp.gateChecks {
-		if why := g.check(name); why != "" {
-			refusals = append(refusals, gateRefusal{g.gate, why})
-		}
-	}
 	return refusals, lag
 }
 
@@ -103,6 +109,35 @@ func (cp *ControlPlane) checkGatesLocked(name string) (refusals []gateRefusal, l
 type gateCheck struct {
 	gate  Gate
 	check func(topic string) string
+}
+
+// DefaultForgottenProducerWindow is how recently a forgotten producer must
+// have been seen on a topic for the forgotten-producer gate to refuse its
+// cutover.
+const DefaultForgottenProducerWindow = time.Hour
+
+// ForgottenProducerWindow sets how recently a forgotten producer must have
+// been seen on a topic for the forgotten-producer gate to refuse its
+// cutover (default DefaultForgottenProducerWindow; 0 turns the gate off).
+func ForgottenProducerWindow(d time.Duration) Opt {
+	return optFunc(func(c *config) { c.forgottenWindow = d })
+}
+
+// gates are the control plane's gates after the time lag, in check order.
+func (cp *ControlPlane) gates() []gateCheck {
+	var gs []gateCheck
+	if w := cp.cfg.forgottenWindow; w > 0 {
+		gs = append(gs, gateCheck{GateForgottenProducer, func(topic string) string {
+			at, what, ok := cp.LastBypass(topic)
+			if !ok || cp.now().Sub(at) > w {
+				return ""
+			}
+			return fmt.Sprintf("a producer wrote the source directly, not through an agent, %v ago (within %v): %s; "+
+				"move it behind an agent first, or its writes after the cutover are lost",
+				cp.now().Sub(at).Round(time.Second), w, what)
+		}})
+	}
+	return gs
 }
 
 // splitForced splits refusals into those forced past and those that stand.

@@ -35,7 +35,7 @@ func newControlPlaneCmd() *cobra.Command {
 		grpcCert, grpcKey, grpcClientCA, agentIdentities                      string
 		httpCert, httpKey, httpClientCA, apiIdentities                        string
 		apiInsecure                                                           bool
-		lease, forward, timeout, bypassWatch, bypassGrace                     time.Duration
+		lease, forward, timeout, bypassWatch, bypassGrace, forgottenWindow    time.Duration
 		admin                                                                 string
 		srcSASL, destSASL                                                     securityFlags
 	)
@@ -66,6 +66,9 @@ alter ACLs.`,
 			}
 			if bypassGrace < 0 {
 				return fmt.Errorf("--bypass-grace: %v is negative (0: the lease)", bypassGrace)
+			}
+			if forgottenWindow < 0 {
+				return fmt.Errorf("--gate-forgotten-producer-window: %v is negative (0 turns the gate off)", forgottenWindow)
 			}
 			var tokens []controlplane.APIToken
 			if apiTokensFile != "" {
@@ -139,7 +142,8 @@ alter ACLs.`,
 				controlplane.WithReplication(&controlplane.ReplicatorAdapter{R: r, Source: kadm.NewClient(scl)}),
 				controlplane.APITokens(tokens), controlplane.APIIdentities(ids),
 				controlplane.LeaseDuration(lease), controlplane.ForwardDeadline(forward), controlplane.CutoverTimeout(timeout),
-				controlplane.BypassWatch(bypassWatch), controlplane.BypassGrace(bypassGrace), controlplane.Registry(reg),
+				controlplane.BypassWatch(bypassWatch), controlplane.BypassGrace(bypassGrace),
+				controlplane.ForgottenProducerWindow(forgottenWindow), controlplane.Registry(reg),
 				controlplane.Clusters(&batonv1.Cluster{Name: "source", Bootstrap: splitList(source)},
 					&batonv1.Cluster{Name: "destination", Bootstrap: splitList(destination)})}, nodeOpts...)...)
 			if err != nil {
@@ -198,6 +202,8 @@ alter ACLs.`,
 	f.DurationVar(&timeout, "cutover-timeout", controlplane.DefaultCutoverTimeout, "bound of every cutover wait; gate: lag <= timeout/4")
 	f.DurationVar(&bypassWatch, "bypass-watch", controlplane.DefaultBypassWatch, "how long after COMPLETE the source's end offsets are watched for writes that bypass the agents (0: off)")
 	f.DurationVar(&bypassGrace, "bypass-grace", 0, "how long after the replicator reads a batch from a PROXY topic's source an agent's report of it may arrive before the batch counts as a bypass (default: the lease)")
+	f.DurationVar(&forgottenWindow, "gate-forgotten-producer-window", controlplane.DefaultForgottenProducerWindow,
+		"the forgotten-producer cutover gate refuses a topic written by a producer that bypassed the agents within this window (0: gate off)")
 	f.StringVar(&admin, "admin", "", "address of /metrics, the control plane's and its replicator's, e.g. 127.0.0.1:9406 (default: off)")
 	f.StringVar(&apiTokensFile, "api-tokens-file", "", "YAML list of the HTTP API's callers (name, role read-only or operator, sha256 of the token); every request then needs a bearer token")
 	f.StringVar(&grpcCert, "grpc-tls-cert", "", "PEM certificate the gRPC port (xDS, leases) serves TLS with (with --grpc-tls-key)")
