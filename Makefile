@@ -89,8 +89,11 @@ proto:
 	  --plugin=protoc-gen-go-grpc="$$($(GO) tool -n protoc-gen-go-grpc)" --go-grpc_out=paths=source_relative:api \
 	  $$protos
 
-## generate: go generate (bpf2go output is committed; this refreshes it).
+## generate: go generate (bpf2go output is committed; this refreshes it,
+## with clang and libbpf's headers, installed if missing).
 generate:
+	@command -v clang >/dev/null && test -f /usr/include/bpf/bpf_helpers.h || \
+	  (apt-get update -qq && apt-get install -y -qq clang llvm libbpf-dev)
 	$(GO) generate $(PKGS)
 
 clean:

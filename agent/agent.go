@@ -34,6 +34,7 @@ import (
 
 	"github.com/baton-kafka/baton/agent/internal/framing"
 	"github.com/baton-kafka/baton/agent/internal/upstream"
+	"github.com/baton-kafka/baton/bpf"
 	"github.com/baton-kafka/baton/filter"
 	"github.com/baton-kafka/baton/filter/authcheck"
 	"github.com/baton-kafka/baton/filter/pidmap"
@@ -84,6 +85,8 @@ type config struct {
 	cpNode          *core.Node
 	producerIDs     int
 	producerIDIdle  time.Duration
+	byteCounters    bpf.Mode
+	writeRanges     WriteRangesMode
 	authCheck       AuthCheckConfig
 }
 
@@ -202,7 +205,8 @@ type Agent struct {
 	cp       *cpLink          // nil with static routes
 	filters  []filter.Factory // every connection's chain (see chain.go)
 	inflight inflight
-	acked    ackedEnds // the end of what each source partition acked, for the drain
+	acked    ackedEnds     // the end of what each source partition acked, for the drain
+	writes   *sourceWrites // what was written to the source, for bypass detection
 	// principals are the client principals' upstream clusters
 	// (SASLForward, see clientsec.go).
 	principals principals
@@ -225,6 +229,9 @@ type Agent struct {
 	closing   atomic.Bool
 	ready     atomic.Bool
 	serving   chan struct{} // closed once the listener accepts
+
+	counters bpf.Counters // client connections' bytes (counters.go)
+	tracked  trackedConns
 }
 
 // New validates the options and binds the listeners. Run serves.
@@ -304,6 +311,7 @@ func New(opts ...Opt) (*Agent, error) {
 		serving: make(chan struct{}),
 	}
 	a.metrics = newMetrics(cfg.registry)
+	a.writes = newSourceWrites(cfg.writeRanges == WriteRangesOn || (cfg.writeRanges == WriteRangesAuto && cfg.cpConn != nil), cfg.routes)
 	a.findings = newFindings(a.log, cfg.registry)
 	a.budget = framing.NewBudget(cfg.buffered, cfg.connBuffered)
 	cfg.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -363,6 +371,13 @@ func New(opts ...Opt) (*Agent, error) {
 			return nil, fmt.Errorf("%w: admin listen %q: %w", ErrBadConfig, cfg.admin, err)
 		}
 	}
+	if err := a.openCounters(); err != nil {
+		reserved.Close()
+		if a.adminLn != nil {
+			a.adminLn.Close()
+		}
+		return nil, err
+	}
 	return a, nil
 }
 
@@ -387,6 +402,7 @@ func (a *Agent) Routes() *RouteTable { return a.routes }
 // Run learns what both clusters support, then serves until ctx ends; it
 // closes every connection before it returns.
 func (a *Agent) Run(ctx context.Context) error {
+	defer a.counters.Close() // after every connection closed (LIFO)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if a.adminLn != nil {
@@ -534,6 +550,10 @@ func (a *Agent) adminHandler() http.Handler {
 		routes, v := a.routes.Snapshot()
 		fmt.Fprintf(w, "version %d\n", v)
 		for _, r := range routes {
+			if r.State == migration.Proxy && r.LatencyEmulation && r.Latency != nil {
+				fmt.Fprintf(w, "%s\t%s\tlatency emulation p50 %v p99 %v\n", r.Topic, r.State, r.Latency.P50, r.Latency.P99)
+				continue
+			}
 			fmt.Fprintf(w, "%s\t%s\n", r.Topic, r.State)
 		}
 	})

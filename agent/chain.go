@@ -7,6 +7,7 @@ import (
 
 	"github.com/baton-kafka/baton/filter"
 	"github.com/baton-kafka/baton/filter/hold"
+	"github.com/baton-kafka/baton/filter/latency"
 	"github.com/baton-kafka/baton/filter/leasegate"
 	"github.com/baton-kafka/baton/filter/route"
 	"github.com/baton-kafka/baton/migration"
@@ -38,15 +39,23 @@ import (
 //     After hold, so it sees the route the produce is sent by, not one
 //     from before a wait; before route, which counts in flight only what
 //     it sends and sends no part already answered;
-//  6. route: where each partition of a produce goes, looked up after the
+//  6. latency, on the response side only: holds the response of a produce
+//     forwarded to the source of a PROXY topic with latency emulation on
+//     until the destination's measured latency has passed since the
+//     request arrived (emulateTopics). After the holds, so their waits
+//     count inside the target; before route, so that on the response side
+//     it runs after route and pidmap (a partition's pins and gaps are
+//     settled before it holds the answer) and before the listener's
+//     filters (a metrics filter counts the latency the client saw);
+//  7. route: where each partition of a produce goes, looked up after the
 //     hold (source under a lease and counted in flight, destination, or
 //     answered retriable), and the connection's partition order (a
 //     partition's next request follows its outstanding ones; none overtakes
 //     a failed batch's resend);
-//  7. pidmap: destination producer ids and sequences for idempotent batches
+//  8. pidmap: destination producer ids and sequences for idempotent batches
 //     routed to the destination, and answers for retries of batches the
 //     source already holds;
-//  8. the router, the chain's Handler: it answers what the agent owns and
+//  9. the router, the chain's Handler: it answers what the agent owns and
 //     forwards the rest; a produce's partitions go where route and pidmap
 //     planned, to each partition's leader.
 func (a *Agent) chain() []filter.Factory {
@@ -61,8 +70,37 @@ func (a *Agent) chain() []filter.Factory {
 	if a.authCheck != nil { // nil only in tests that build an Agent by hand
 		fs = append(fs, a.authCheck)
 	}
-	return append(fs, a.produceRoute(), a.pidmap)
+	return append(fs, a.latencyEmulation(), a.produceRoute(), a.pidmap)
 }
+
+// latencyEmulation is the agent's latency filter on its route table.
+func (a *Agent) latencyEmulation() filter.Factory {
+	f, err := latency.New(latency.Config{Topics: emulateTopics{a.routes}, Added: a.metrics.emulated})
+	if err != nil {
+		panic(err) // Topics is always set: a bug here, not a config error
+	}
+	return f
+}
+
+// emulateTopics is what the latency filter asks the agent: a produce to a
+// topic is held to the destination's latency while the topic is in PROXY,
+// its route has latency emulation on (the control plane clears the switch
+// for agents its target leaves out) and carries a measured profile.
+type emulateTopics struct{ t *RouteTable }
+
+var _ latency.Topics = emulateTopics{}
+
+// Emulate implements latency.Topics.
+func (e emulateTopics) Emulate(topic string) (latency.Profile, bool) {
+	r := e.t.Lookup(topic)
+	if r.State != migration.Proxy || !r.LatencyEmulation || r.Latency == nil {
+		return latency.Profile{}, false
+	}
+	return *r.Latency, true
+}
+
+// Changed implements latency.Topics.
+func (e emulateTopics) Changed() <-chan struct{} { return e.t.Changed() }
 
 // advertisedFor says whether the agent advertised x's version: the router
 // closes the connection of any other at once, so no filter holds or plans

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/baton-kafka/baton/agent/internal/framing"
+	"github.com/baton-kafka/baton/bpf"
 	"github.com/baton-kafka/baton/filter"
 	"github.com/baton-kafka/baton/internal/bufpool"
 )
@@ -40,6 +41,10 @@ func (a *Agent) serveConn(ctx context.Context, id uint64, nc net.Conn) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer nc.Close()
+	// Count the socket's bytes beneath TLS (what eBPF sees too).
+	tc := a.track(id, a.counters.Track(nc), nc.RemoteAddr().String())
+	defer a.untrack(tc)
+	nc = tc.conn
 	if a.cfg.clientSec.TLS != nil {
 		tc, err := a.handshakeTLS(ctx, nc)
 		if err != nil {
@@ -60,7 +65,7 @@ func (a *Agent) serveConn(ctx context.Context, id uint64, nc net.Conn) {
 
 	go func() {
 		defer close(writerDone)
-		if err := a.writeResponses(ctx, nc, chain, queue, budget); err != nil {
+		if err := a.writeResponses(ctx, nc, chain, queue, budget, tc.conn); err != nil {
 			log.Info("closing connection", "err", err)
 		}
 		cancel()
@@ -105,6 +110,7 @@ func (a *Agent) serveConn(ctx context.Context, id uint64, nc net.Conn) {
 			break
 		}
 		x.Received = time.Now()
+		tc.sawClientID(x.Header.ClientID)
 		queue <- queued{chain.Request(ctx, x), frame}
 	}
 	close(queue)
@@ -114,11 +120,14 @@ func (a *Agent) serveConn(ctx context.Context, id uint64, nc net.Conn) {
 
 // writeResponses writes answers in request order. It returns when the
 // queue closes or an exchange must close the connection.
-func (a *Agent) writeResponses(ctx context.Context, nc net.Conn, chain *filter.Chain, queue <-chan queued, budget *framing.ConnBudget) error {
+func (a *Agent) writeResponses(ctx context.Context, nc net.Conn, chain *filter.Chain, queue <-chan queued, budget *framing.ConnBudget, counted bpf.Conn) error {
 	bw := bufio.NewWriterSize(nc, 64<<10)
 	var buf []byte
 	for q := range queue {
 		chain.Response(ctx, q.s)
+		// The request's bytes as the socket received them: its size
+		// field and frame. Answered once written (or with no answer).
+		wire := 4 + len(q.frame)
 		// Filters are done with the exchange: its request frame goes back
 		// to the pool (the filter contract forbids keeping it) and its bytes
 		// to the budget, which lets the reader take the next request.
@@ -130,6 +139,7 @@ func (a *Agent) writeResponses(ctx context.Context, nc net.Conn, chain *filter.C
 			return x.Err
 		}
 		if x.NoResponse {
+			counted.Answered(wire)
 			continue
 		}
 		buf = append(buf[:0], 0, 0, 0, 0)
@@ -147,6 +157,7 @@ func (a *Agent) writeResponses(ctx context.Context, nc net.Conn, chain *filter.C
 		if _, err := bw.Write(buf); err != nil {
 			return err
 		}
+		counted.Answered(wire)
 		if x.CloseAfter {
 			if err := bw.Flush(); err != nil {
 				return err

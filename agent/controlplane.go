@@ -13,6 +13,7 @@ import (
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/filter"
+	"github.com/baton-kafka/baton/filter/latency"
 	"github.com/baton-kafka/baton/filter/pidmap"
 	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/xds"
@@ -43,7 +44,7 @@ func (a *Agent) newCPLink() (*cpLink, error) {
 		return nil, fmt.Errorf("%w: control plane: %w", ErrBadConfig, err)
 	}
 	l.keeper, err = xds.NewLeaseKeeper(a.cfg.cpConn, a.cfg.cpNode, a.leaseReport, xds.ClientLogger(a.log),
-		xds.LeaseFindings(a.findings.report))
+		xds.OnDelivered(a.writes.delivered), xds.LeaseFindings(a.findings.report))
 	if err != nil {
 		return nil, fmt.Errorf("%w: control plane: %w", ErrBadConfig, err)
 	}
@@ -70,6 +71,10 @@ func (a *Agent) applyRoutes(version uint64, trs []*batonv1.TopicRoute) error {
 			return fmt.Errorf("topic %q: %w", tr.GetTopic(), err)
 		}
 		r.State, r.Mode = st, migration.HoldModeFromProto(tr.GetMode())
+		r.LatencyEmulation = tr.GetShadow().GetLatencyEmulation()
+		if l := tr.GetDestinationLatency(); l != nil {
+			r.Latency = &latency.Profile{P50: l.GetP50().AsDuration(), P99: l.GetP99().AsDuration()}
+		}
 		r.AuthEnforce = tr.GetShadow().GetAuthEnforce()
 		r.AuthCheck = tr.GetShadow().GetAuthCheck() || r.AuthEnforce
 		if r.copied, err = copiedBatches(tr.GetTopic(), tr.GetSourceBatches()); err != nil {
@@ -96,9 +101,11 @@ func (a *Agent) applyRoutes(version uint64, trs []*batonv1.TopicRoute) error {
 // leaseReport is what every heartbeat carries: the applied version and,
 // per managed topic, forwarded produce requests still in flight, whether
 // the agent has stopped forwarding the topic, and the end of what it acked
-// per partition.
+// per partition, and what it wrote to the source since its last answered
+// report (bypass detection, docs/design.md §12).
 func (a *Agent) leaseReport() (uint64, []*batonv1.TopicDrain) {
 	routes, _ := a.routes.Snapshot()
+	writes := a.writes.report()
 	out := make([]*batonv1.TopicDrain, 0, len(routes))
 	for _, r := range routes {
 		n := a.inflight.count(r.Topic)
@@ -107,7 +114,7 @@ func (a *Agent) leaseReport() (uint64, []*batonv1.TopicDrain) {
 		ends := a.acked.of(r.Topic)
 		stopped := r.Target() != filter.Source
 		out = append(out, &batonv1.TopicDrain{Topic: r.Topic, InFlight: uint32(n), StoppedForwarding: stopped,
-			Drained: stopped && n == 0, AckedEnds: ends})
+			Drained: stopped && n == 0, AckedEnds: ends, Writes: writes[r.Topic]})
 	}
 	return a.cp.applied.Load(), out
 }

@@ -19,6 +19,7 @@ type metrics struct {
 	upstreamLatency *prometheus.HistogramVec
 	upstreamErrors  *prometheus.CounterVec
 	producePartns   *prometheus.CounterVec
+	emulated        prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -46,8 +47,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		producePartns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "baton_agent_produce_partitions_total", Help: "Partition results of produce requests, by error.",
 		}, []string{"error"}),
+		emulated: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "baton_agent_latency_emulation_added_seconds",
+			Help:    "Delay added to produce responses to emulate the destination's latency in PROXY (filter/latency).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}),
 	}
-	reg.MustRegister(m.conns, m.badFrames, m.tlsFailures, m.held, m.upstreamLatency, m.upstreamErrors, m.producePartns)
+	reg.MustRegister(m.conns, m.badFrames, m.tlsFailures, m.held, m.upstreamLatency, m.upstreamErrors, m.producePartns, m.emulated)
 	return m
 }
 

@@ -624,6 +624,15 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 		// until a forward deadline from now.
 		r.a.inflight.done(srcTopics, false, time.Now(), fwd)
 		x.NoResponse = true
+		// acks=0: the source names no offsets; the control plane's
+		// attribution of these partitions is incomplete for this while.
+		for _, s := range ss {
+			if s.err == nil && s.s.up == r.src {
+				for _, i := range s.s.idx {
+					r.a.writes.unknown(parts[i].Topic, parts[i].Partition, time.Now())
+				}
+			}
+		}
 		for _, s := range ss {
 			if s.err != nil {
 				return filter.Done{Err: s.err}
@@ -656,6 +665,8 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 						results[i].ErrorCode = retriable
 						if s.up == r.src && !errors.Is(err, upstream.ErrNotSent) {
 							parts[i].Uncertain = true // see filter/pidmap
+							// Maybe written, offset unknown: not a bypass.
+							r.a.writes.unknown(parts[i].Topic, parts[i].Partition, time.Now())
 						}
 					}
 					return
@@ -678,9 +689,12 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 					}
 					out := &results[i]
 					out.ErrorCode, out.BaseOffset, out.LogAppendTime, out.LogStartOffset = p.ErrorCode, p.BaseOffset, p.LogAppendTime, p.LogStartOffset
-					if s.up == r.src && p.ErrorCode == 0 && p.BaseOffset >= 0 {
-						if n, ok := recordbatch.OffsetSpan(parts[i].Records); ok {
+					if s.up == r.src && p.ErrorCode == 0 {
+						if n, ok := recordbatch.OffsetSpan(parts[i].Records); ok && p.BaseOffset >= 0 {
 							r.a.acked.note(part.topic, part.partition, p.BaseOffset+n)
+							r.a.writes.acked(part.topic, part.partition, p.BaseOffset, p.BaseOffset+n)
+						} else {
+							r.a.writes.unknown(part.topic, part.partition, time.Now()) // written, offsets not known
 						}
 					}
 					out.ErrorRecords, out.ErrorMessage = p.ErrorRecords, p.ErrorMessage

@@ -13,6 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/baton-kafka/baton/filter"
+	"github.com/baton-kafka/baton/filter/latency"
 	"github.com/baton-kafka/baton/filter/pidmap"
 	"github.com/baton-kafka/baton/migration"
 )
@@ -26,6 +27,12 @@ type Route struct {
 	// ForwardDeadline is F for this topic as the control plane pushed it;
 	// 0: the control plane's (or, with static routes, the agent's) own.
 	ForwardDeadline time.Duration
+	// LatencyEmulation is the route's shadow switch for latency emulation
+	// (filter/latency), as pushed for the agent's namespace; Latency is the
+	// destination's latency to emulate, nil until the control plane
+	// measured one.
+	LatencyEmulation bool
+	Latency          *latency.Profile
 
 	// copied are, once COMPLETE, the last batches of each idempotent
 	// source producer the replicator copied, with their offsets: a retry

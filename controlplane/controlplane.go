@@ -52,7 +52,14 @@ type config struct {
 	apiTokens    []APIToken
 	apiIDs       []APIIdentity
 	nodeAuth     *nodeAuth
-	metrics      *prometheus.Registry
+	// latencyRefresh: latency.go.
+	latencyRefresh time.Duration
+	// forgottenWindow: gates.go.
+	forgottenWindow time.Duration
+	bypassGrace     time.Duration // 0: the lease
+	bypassWatch     time.Duration
+	bypassPoll      time.Duration
+	registry        prometheus.Registerer
 }
 
 // WithStore sets the state store (required).
@@ -113,6 +120,9 @@ type ControlPlane struct {
 	ctx    context.Context // cutover goroutines' lifetime
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// gateChecks are the cutover gates after the time lag, in check
+	// order; set in New.
+	gateChecks []gateCheck
 
 	mu      sync.Mutex
 	version uint64
@@ -125,12 +135,17 @@ type ControlPlane struct {
 	// restored in the background (guardLoop); wakeGuards wakes it.
 	guards     map[string]*guardRestore
 	wakeGuards chan struct{}
+	// latency is each topic's destination latency as last pushed (latency.go).
+	latency map[string]pushedLatency
 	// guardMu serializes calls into the write guard: a Protect of the
 	// guard loop never runs once the cutover's Lift began (it re-checks
 	// the topic's state under guardMu first).
 	guardMu sync.Mutex
 	// findings are the agents' open findings (findings.go).
 	findings findingSet
+
+	byp           *bypass // bypass detection (bypass.go)
+	bypassMetrics *bypassMetrics
 }
 
 type run struct {
@@ -146,7 +161,9 @@ type run struct {
 // publishes the routes.
 func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 	cfg := config{guard: NoGuard{}, lease: migration.DefaultLease, forward: migration.DefaultForwardDeadline,
-		timeout: DefaultCutoverTimeout, poll: DefaultPollInterval, guardResync: DefaultGuardResync, log: slog.Default(), now: time.Now}
+		timeout: DefaultCutoverTimeout, poll: DefaultPollInterval, guardResync: DefaultGuardResync, log: slog.Default(), now: time.Now,
+		latencyRefresh: DefaultLatencyRefresh,
+		bypassWatch:    DefaultBypassWatch, bypassPoll: DefaultBypassPoll, forgottenWindow: DefaultForgottenProducerWindow}
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
@@ -161,6 +178,21 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 		return nil, fmt.Errorf("%w: want 0 < forward deadline (%v) < lease (%v)", ErrBadConfig, cfg.forward, cfg.lease)
 	case cfg.timeout <= 0 || cfg.poll <= 0 || cfg.guardResync <= 0:
 		return nil, fmt.Errorf("%w: cutover timeout, poll interval and guard resync must be positive", ErrBadConfig)
+	case cfg.forgottenWindow < 0:
+		return nil, fmt.Errorf("%w: forgotten producer window %v is negative (0 turns the gate off)", ErrBadConfig, cfg.forgottenWindow)
+	case cfg.latencyRefresh <= 0:
+		return nil, fmt.Errorf("%w: latency refresh %v must be positive", ErrBadConfig, cfg.latencyRefresh)
+	case cfg.bypassWatch < 0:
+		return nil, fmt.Errorf("%w: bypass watch %v is negative (0 turns it off)", ErrBadConfig, cfg.bypassWatch)
+	case cfg.bypassGrace < 0 || cfg.bypassPoll <= 0:
+		return nil, fmt.Errorf("%w: bypass grace %v must not be negative, bypass poll %v must be positive", ErrBadConfig, cfg.bypassGrace, cfg.bypassPoll)
+	}
+	if cfg.registry == nil {
+		cfg.registry = prometheus.NewRegistry()
+	}
+	bm, err := newBypassMetrics(cfg.registry)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.xds == nil {
 		cfg.xds = xds.NewServer(xds.WithLogger(cfg.log), xds.WithClock(cfg.now))
@@ -168,12 +200,12 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 	cp := &ControlPlane{cfg: cfg, log: cfg.log.With("component", "controlplane"), now: cfg.now, store: cfg.store,
 		topics: map[string]*Topic{}, agents: map[string]*Agent{}, dirty: map[string]bool{},
 		runs: map[string]*run{}, changed: make(chan struct{}),
-		guards: map[string]*guardRestore{}, wakeGuards: make(chan struct{}, 1)}
+		guards: map[string]*guardRestore{}, wakeGuards: make(chan struct{}, 1), latency: map[string]pushedLatency{},
+		byp: newBypass(), bypassMetrics: bm}
+	cp.gateChecks = cp.gates()
 	cp.findings.open, cp.findings.started = map[findingKey]*Finding{}, cp.now()
-	if cfg.metrics != nil {
-		if err := cfg.metrics.Register(findingsCollector{cp}); err != nil {
-			return nil, fmt.Errorf("%w: metrics: %w", ErrBadConfig, err)
-		}
+	if err := cfg.registry.Register(findingsCollector{cp}); err != nil {
+		return nil, fmt.Errorf("%w: registry: %w", ErrBadConfig, err)
 	}
 	cp.ctx, cp.cancel = context.WithCancel(context.Background())
 	version, topics, agents, err := cfg.store.Load(ctx)
@@ -210,8 +242,16 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 			"writing the destination directly diverges it, and its cutover is then refused. Enable an authorizer on the " +
 			"destination (with SASL for the replicator) to have Baton deny such writes")
 	}
-	cp.wg.Add(1)
+	cp.wg.Add(2)
 	go func() { defer cp.wg.Done(); cp.guardLoop() }()
+	go func() { defer cp.wg.Done(); cp.bypassLoop() }()
+	if r, ok := cfg.repl.(SourceReader); ok {
+		r.OnSourceRead(cp.noteSourceRead)
+	}
+	if src, ok := cfg.repl.(LatencySource); ok {
+		cp.wg.Add(1)
+		go func() { defer cp.wg.Done(); cp.latencyLoop(src) }()
+	}
 	for _, t := range inFlight {
 		co := Cutover{Attempt: t.Attempts, Actor: ActorControlPlane}
 		if t.Cutover != nil {
@@ -345,6 +385,7 @@ func (cp *ControlPlane) route(t *Topic) *batonv1.TopicRoute {
 		r.Shadow = &batonv1.ShadowFeatures{LatencyEmulation: s.LatencyEmulation, AuthCheck: s.AuthCheck,
 			AuthEnforce: s.AuthEnforce, Tagging: s.Tagging, Headroom: s.Headroom}
 	}
+	r.DestinationLatency = cp.latencyProfileLocked(t)
 	return r
 }
 
@@ -454,6 +495,9 @@ type TopicStatus struct {
 	// Findings are the topic's open findings, as agents report them
 	// (docs/design.md §12).
 	Findings []Finding `json:"findings,omitempty"`
+	// DestinationLatency is the destination latency agents were last sent
+	// for latency emulation (PROXY, emulation on).
+	DestinationLatency *DestinationLatency `json:"destinationLatency,omitempty"`
 }
 
 // Status returns a topic with its time lag.
@@ -462,7 +506,7 @@ func (cp *ControlPlane) Status(name string) (TopicStatus, error) {
 	if err != nil {
 		return TopicStatus{}, err
 	}
-	st := TopicStatus{Topic: t}
+	st := TopicStatus{Topic: t, DestinationLatency: cp.destinationLatency(name)}
 	cp.mu.Lock()
 	st.GuardRestore = cp.guardPendingLocked(name)
 	cp.mu.Unlock()
@@ -617,6 +661,11 @@ func (cp *ControlPlane) Heartbeat(ctx context.Context, req *batonv1.HeartbeatReq
 		cp.dirty[a.Node] = true
 	}
 	cp.mu.Unlock()
+	var sentAt time.Time
+	if req.GetSentAt() != nil {
+		sentAt = req.GetSentAt().AsTime()
+	}
+	cp.noteWrites(now, sentAt, req.GetTopics())
 	if fs := req.GetFindings(); len(fs) > 0 {
 		cp.noteFindings(ctx, a.Node, fs, now)
 	}

@@ -15,8 +15,12 @@ import (
 
 // Migrate starts a cutover of a PROXY topic (docs/design.md §6) and returns
 // at once with the topic MIGRATING; the cutover runs in the background and
-// ends COMPLETE or back in PROXY, with events all along.
-func (cp *ControlPlane) Migrate(ctx context.Context, name, actor string) (Topic, error) {
+// ends COMPLETE or back in PROXY, with events all along. It is refused
+// (ErrGateRefused, naming each gate and why) while a cutover gate refuses,
+// unless force lists that gate; the initiated event records the gates
+// forced past.
+func (cp *ControlPlane) Migrate(ctx context.Context, name, actor string, force ...Gate) (Topic, error) {
+	refusals := cp.checkGates(name)
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	t, ok := cp.topics[name]
@@ -34,23 +38,30 @@ func (cp *ControlPlane) Migrate(ctx context.Context, name, actor string) (Topic,
 	}
 	attempt := t.Attempts + 1
 	limit := cp.cfg.timeout / 4
-	lag, err := cp.cfg.repl.Lag(name)
 	var refused string
 	diverged := cp.cfg.repl.Diverged(name)
+	lagRefusal, lag := cp.checkLagLocked(name)
+	forced, stand := splitForced(append(lagRefusal, refusals...), force)
 	switch g := cp.guardPendingLocked(name); {
 	case len(diverged) > 0:
 		refused = divergedText(name, diverged)
 	case g != nil:
 		refused = fmt.Sprintf("the destination write guard is still being restored (since %s, %d failed attempts, last: %s)",
 			g.Since.Format(time.RFC3339), g.Failures, g.LastErr)
-	case err != nil:
-		refused = fmt.Sprintf("time lag unknown: %v", err)
-	case lag > limit:
-		refused = fmt.Sprintf("time lag %v is above cutover timeout/4 = %v", lag.Round(time.Millisecond), limit)
+	case len(stand) > 0:
+		refused = joinRefusals(stand)
+		if len(forced) > 0 {
+			refused += " (forced past: " + joinRefusals(forced) + ")"
+		}
+		refused += "; to start anyway: baton topic migrate " + name + " --force=" + forceList(stand)
 	}
 	if refused != "" {
 		cp.event(ctx, Event{Topic: name, Kind: EventGateRefused, Actor: actor, Attempt: attempt, Reason: refused})
 		return Topic{}, fmt.Errorf("%w: %s: %s", ErrGateRefused, name, refused)
+	}
+	reason := fmt.Sprintf("time lag %v <= %v", lag.Round(time.Millisecond), limit)
+	if len(forced) > 0 {
+		reason = "forced past " + joinRefusals(forced)
 	}
 	now := cp.now()
 	nt := *t
@@ -63,7 +74,7 @@ func (cp *ControlPlane) Migrate(ctx context.Context, name, actor string) (Topic,
 	co := *nt.Cutover
 	cp.event(ctx, Event{Topic: name, Kind: EventInitiated, From: migration.Proxy.String(), To: migration.Migrating.String(), Actor: actor,
 		Attempt: attempt, Version: co.Version, StartedAt: co.StartedAt,
-		Reason: fmt.Sprintf("time lag %v <= %v; MIGRATING pushed at version %d", lag.Round(time.Millisecond), limit, co.Version)})
+		Reason: fmt.Sprintf("%s; MIGRATING pushed at version %d", reason, co.Version)})
 	rctx, cancel := context.WithCancel(cp.ctx)
 	r := &run{cancel: cancel, done: make(chan struct{})}
 	cp.runs[name] = r
@@ -309,7 +320,7 @@ func (cp *ControlPlane) cutoverSteps(ctx context.Context, name string, co Cutove
 		return fmt.Errorf("%w: before storing COMPLETE", errTimedOut)
 	}
 	t := *cp.topics[name]
-	t.State, t.Cutover = migration.Complete, nil
+	t.State, t.Cutover, t.CompletedAt = migration.Complete, nil, cp.now()
 	// Agents answer a client's retry of one of these from its copy (§9).
 	t.SourceBatches, t.SourceBatchesUntil = recent, cp.now().Add(SourceBatchesKept)
 	// Bounded by the deadline too. A write etcd applies after the client

@@ -204,8 +204,3 @@ func (c findingsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(openFindingsDesc, prometheus.GaugeValue, float64(v), k[0], k[1])
 	}
 }
-
-// Metrics registers the control plane's metrics (the open findings gauge)
-// on reg and serves reg at GET /metrics of the HTTP API (with the API's
-// authentication). Default: no metrics.
-func Metrics(reg *prometheus.Registry) Opt { return optFunc(func(c *config) { c.metrics = reg }) }

@@ -35,14 +35,14 @@ func TestFindingsFromHeartbeats(t *testing.T) {
 	open := func() (*ControlPlane, *prometheus.Registry) {
 		reg := prometheus.NewRegistry()
 		cp, err := New(ctx, WithStore(st), WithReplication(idleReplication{}), Clock(clock), Logger(quiet),
-			LeaseDuration(lease), ForwardDeadline(time.Second), Metrics(reg),
+			LeaseDuration(lease), ForwardDeadline(time.Second), Registry(reg),
 			Clusters(&batonv1.Cluster{Name: "source"}, &batonv1.Cluster{Name: "destination"}))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return cp, reg
 	}
-	cp, _ := open()
+	cp, reg := open()
 	if _, err := cp.AddTopic(ctx, TopicSpec{Name: "t", Shadow: Shadow{AuthCheck: true}}, "test"); err != nil {
 		t.Fatal(err)
 	}
@@ -98,10 +98,9 @@ func TestFindingsFromHeartbeats(t *testing.T) {
 	if len(api) != 1 || api[0].Principal != "User:bob" {
 		t.Fatalf("GET /v1/findings = %+v", api)
 	}
-	if m := findingsGet(t, srv.URL+"/metrics"); !strings.Contains(m, `baton_controlplane_open_findings{kind="auth_missing",topic="t"} 1`) {
-		t.Fatalf("/metrics lacks the open finding:\n%s", m)
+	if n := openFindingsGauge(t, reg, "auth_missing", "t"); n != 1 {
+		t.Fatalf("baton_controlplane_open_findings{kind=auth_missing,topic=t} = %v, want 1", n)
 	}
-
 	// Still reported, but last seen 9 s ago: open, not within 5 s.
 	advance(10 * time.Second)
 	beat(cp, "a1", bob(clock().Add(-9*time.Second)))
@@ -158,4 +157,28 @@ func findingsGetJSON(t *testing.T, url string, v any) {
 	if err := json.Unmarshal([]byte(findingsGet(t, url)), v); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// openFindingsGauge reads baton_controlplane_open_findings{kind,topic}.
+func openFindingsGauge(t *testing.T, reg *prometheus.Registry, kind, topic string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "baton_controlplane_open_findings" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["kind"] == kind && labels["topic"] == topic {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return 0
 }

@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -59,9 +60,104 @@ func TestGateRefusesAPartitionNotCopyingYet(t *testing.T) {
 	if !errors.Is(err, ErrGateRefused) || !strings.Contains(err.Error(), "has not resumed copying yet") {
 		t.Fatalf("migrate while no partition is copying: %v; want the gate to refuse with the lag unknown", err)
 	}
+	for _, want := range []string{"gate time-lag: time lag unknown", "--force=time-lag"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("refusal %q does not say %q", err, want)
+		}
+	}
 
 	hold.Store(false)
 	close(release)
 	migrateWhenGateOpens(t, ctx, p, topic)
 	waitState(t, ctx, p, topic, migration.Complete)
+}
+
+// TestGateForcedIsRecorded: an operator may force a migrate past a gate
+// that refuses; the cutover starts, and its initiated event says which gate
+// was forced past and why, so the audit log shows the risk taken.
+func TestGateForcedIsRecorded(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("starts kfake clusters and embedded etcd")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	k := startKafka(t, ctx)
+	const topic = "forced"
+	k.produce(t, ctx, topic, 10)
+
+	// The destination answers no ListOffsets while hold is set, so the
+	// time lag stays unknown and the time-lag gate refuses.
+	var hold atomic.Bool
+	hold.Store(true)
+	release := make(chan struct{})
+	kc := k.dst.Kfake()
+	kc.ControlKey(kmsg.ListOffsets.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		if hold.Load() {
+			kc.SleepControl(func() { <-release })
+		}
+		return nil, nil, false
+	})
+	// A cutover timeout far above what the copy needs once released: the
+	// forced cutover must not roll back however slow the machine is.
+	p := startPlane(t, ctx, t.TempDir(), "", k, CutoverTimeout(2*time.Minute))
+	if _, err := p.cp.AddTopic(ctx, TopicSpec{Name: topic, State: migration.Proxy}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, ctx, "the replicator set the topic up", func() bool {
+		for _, st := range k.repl.R.Status() {
+			if st.Topic == topic && st.Ready && len(st.Partitions) > 0 {
+				return true
+			}
+		}
+		return false
+	})
+	if _, err := p.cp.Migrate(ctx, topic, "test", GateHeadroom); !errors.Is(err, ErrGateRefused) {
+		t.Fatalf("migrate forced past another gate: %v; want the time-lag gate to refuse", err)
+	}
+	if _, err := p.cp.Migrate(ctx, topic, "alice", GateTimeLag); err != nil {
+		t.Fatalf("migrate forced past the time-lag gate: %v", err)
+	}
+	evs, err := p.cp.Events(ctx, topic, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var initiated *Event
+	for i := range evs {
+		if evs[i].Kind == EventInitiated {
+			initiated = &evs[i]
+		}
+	}
+	if initiated == nil || initiated.Actor != "alice" || !strings.Contains(initiated.Reason, "forced past gate time-lag: time lag unknown") {
+		t.Fatalf("initiated event %+v; want it to record alice forcing past the time-lag gate and why", initiated)
+	}
+	hold.Store(false)
+	close(release)
+	waitState(t, ctx, p, topic, migration.Complete)
+}
+
+func TestParseForce(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in   []string
+		want []Gate
+		bad  bool
+	}{
+		{in: nil, want: nil},
+		{in: []string{"all"}, want: Gates},
+		{in: []string{"time-lag", " headroom"}, want: []Gate{GateTimeLag, GateHeadroom}},
+		{in: []string{"lag"}, bad: true},
+	} {
+		got, err := ParseForce(tc.in)
+		if tc.bad {
+			if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), `"lag"`) {
+				t.Errorf("ParseForce(%q) = %v; want ErrBadConfig naming the gate", tc.in, err)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("ParseForce(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+		}
+	}
 }

@@ -13,8 +13,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
 	"github.com/baton-kafka/baton/migration"
 )
 
@@ -26,11 +24,11 @@ import (
 //	POST   /v1/topics/{name}/migrate      start a cutover   {"actor"}
 //	POST   /v1/topics/{name}/abort        abort a cutover   {"actor","reason"}
 //	POST   /v1/topics/{name}/state        REJECT <-> PROXY  {"actor","state"}
+//	POST   /v1/topics/{name}/shadow       switch shadow features {"actor","latencyEmulation"}
 //	DELETE /v1/topics/{name}              stop managing
 //	GET    /v1/agents                     agents: lease and xDS state
 //	GET    /v1/events?topic=&after=&follow=1   the audit log (NDJSON when following)
 //	GET    /v1/findings?topic=&kind=      open findings agents report
-//	GET    /metrics                       Prometheus metrics (with the Metrics option)
 //
 // Errors are {"error": "..."} with 404 (unknown topic), 409 (illegal
 // transition, cutover running, gate refused, topic exists) or 400; with
@@ -66,6 +64,10 @@ func (cp *ControlPlane) Handler() http.Handler {
 			Actor  string `json:"actor"`
 			Reason string `json:"reason"`
 			State  string `json:"state"`
+			// Force lists the cutover gates a migrate is forced past
+			// (gate names, or "all").
+			Force []string `json:"force"`
+			ShadowChange
 		}
 		if !readJSON(w, r, &req) {
 			return
@@ -75,9 +77,14 @@ func (cp *ControlPlane) Handler() http.Handler {
 		var err error
 		switch r.PathValue("op") {
 		case "migrate":
-			t, err = cp.Migrate(r.Context(), name, actor)
+			var force []Gate
+			if force, err = ParseForce(req.Force); err == nil {
+				t, err = cp.Migrate(r.Context(), name, actor, force...)
+			}
 		case "abort":
 			t, err = cp.Abort(r.Context(), name, actor, req.Reason)
+		case "shadow":
+			t, err = cp.SetShadow(r.Context(), name, req.ShadowChange, actor)
 		case "state":
 			var s migration.State
 			if s, err = migration.ParseState(req.State); err == nil {
@@ -130,9 +137,6 @@ func (cp *ControlPlane) Handler() http.Handler {
 		}
 		writeJSON(w, fs)
 	})
-	if cp.cfg.metrics != nil {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(cp.cfg.metrics, promhttp.HandlerOpts{}))
-	}
 	if len(cp.cfg.apiTokens) > 0 || len(cp.cfg.apiIDs) > 0 {
 		return (&apiAuth{tokens: cp.cfg.apiTokens, ids: cp.cfg.apiIDs, log: cp.log}).wrap(mux)
 	}
@@ -271,11 +275,29 @@ func (c *APIClient) Status(ctx context.Context, name string) (TopicStatus, error
 	return out, c.do(ctx, http.MethodGet, "/v1/topics/"+url.PathEscape(name), nil, &out)
 }
 
-// Op runs migrate, abort or state on a topic.
+// Op runs abort or state on a topic, or migrate without forcing a gate.
 func (c *APIClient) Op(ctx context.Context, name, op, actor, reason, state string) (Topic, error) {
 	var out Topic
 	return out, c.do(ctx, http.MethodPost, "/v1/topics/"+url.PathEscape(name)+"/"+op,
 		map[string]string{"actor": actor, "reason": reason, "state": state}, &out)
+}
+
+// Migrate starts a cutover of name, forced past the gates listed in force
+// (gate names, or "all"; none when empty).
+func (c *APIClient) Migrate(ctx context.Context, name, actor string, force []string) (Topic, error) {
+	var out Topic
+	return out, c.do(ctx, http.MethodPost, "/v1/topics/"+url.PathEscape(name)+"/migrate",
+		map[string]any{"actor": actor, "force": force}, &out)
+}
+
+// Shadow switches a topic's shadow features.
+func (c *APIClient) Shadow(ctx context.Context, name string, ch ShadowChange, actor string) (Topic, error) {
+	var out Topic
+	body := struct {
+		ShadowChange
+		Actor string `json:"actor"`
+	}{ch, actor}
+	return out, c.do(ctx, http.MethodPost, "/v1/topics/"+url.PathEscape(name)+"/shadow", body, &out)
 }
 
 // Agents lists agents.

@@ -35,6 +35,22 @@ type Replication interface {
 	Diverged(topic string) map[int32]string
 }
 
+// LatencySource is what latency emulation needs from the replicator
+// (docs/design.md §12): the destination's produce ack latency per topic. A
+// Replication that also implements it has its measurements pushed to the
+// agents of PROXY topics with latency emulation on.
+type LatencySource interface {
+	// DestinationLatency is topic's destination produce ack latency over
+	// a recent window; false when nothing was measured in it.
+	DestinationLatency(topic string) (replicator.Latency, bool)
+}
+
+// SourceReader is a Replication that tells every data batch it reads from
+// the source, for bypass detection (docs/design.md §12).
+type SourceReader interface {
+	OnSourceRead(func(replicator.SourceRead))
+}
+
 // ReplicatorAdapter drives a replicator.Replicator in this process; Source
 // reads the source cluster's end offsets.
 type ReplicatorAdapter struct {
@@ -42,7 +58,19 @@ type ReplicatorAdapter struct {
 	Source *kadm.Client
 }
 
-var _ Replication = (*ReplicatorAdapter)(nil)
+var (
+	_ Replication   = (*ReplicatorAdapter)(nil)
+	_ LatencySource = (*ReplicatorAdapter)(nil)
+	_ SourceReader  = (*ReplicatorAdapter)(nil)
+)
+
+// DestinationLatency implements LatencySource.
+func (a *ReplicatorAdapter) DestinationLatency(topic string) (replicator.Latency, bool) {
+	return a.R.DestinationLatency(topic)
+}
+
+// OnSourceRead implements SourceReader.
+func (a *ReplicatorAdapter) OnSourceRead(f func(replicator.SourceRead)) { a.R.OnSourceRead(f) }
 
 // Start implements Replication.
 func (a *ReplicatorAdapter) Start(topic string) error { a.R.Start(topic); return nil }

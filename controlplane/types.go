@@ -8,8 +8,9 @@ import (
 	"github.com/baton-kafka/baton/xds"
 )
 
-// Shadow switches the PROXY shadow-destination features (docs/design.md §12;
-// agents act on AuthCheck and AuthEnforce, filter/authcheck, so far).
+// Shadow switches the PROXY shadow-destination features (docs/design.md §12:
+// latency emulation and the auth check are built, the others are not acted
+// on yet).
 type Shadow struct {
 	LatencyEmulation bool `json:"latencyEmulation,omitempty"`
 	AuthCheck        bool `json:"authCheck,omitempty"`
@@ -58,6 +59,9 @@ type Topic struct {
 	// batch longer, and every agent's route would carry them for good.
 	SourceBatches      []replicator.SourceBatch `json:"sourceBatches,omitempty"`
 	SourceBatchesUntil time.Time                `json:"sourceBatchesUntil,omitzero"`
+	// CompletedAt is when the topic reached COMPLETE: its source is
+	// watched for writes for a while after (docs/design.md §12).
+	CompletedAt time.Time `json:"completedAt,omitzero"`
 }
 
 // TopicDrain is one topic's forwarding state on an agent, as last reported.
@@ -122,6 +126,15 @@ const (
 	// (findings.go); its reason names the kind, the principal or client id
 	// and what to do.
 	EventFinding = "finding"
+	// EventShadowChanged: a topic's shadow features were switched.
+	EventShadowChanged = "shadow_changed"
+	// EventForgottenProducer: records in the source of a PROXY topic no
+	// agent reported writing (docs/design.md §12); one per producer id and
+	// partition in DefaultBypassDedupe.
+	EventForgottenProducer = "forgotten_producer"
+	// EventSourceWrittenAfterComplete: the source of a COMPLETE topic
+	// grew; one per growth episode.
+	EventSourceWrittenAfterComplete = "source_written_after_complete"
 )
 
 // Event is one audit log entry.
@@ -139,4 +152,6 @@ type Event struct {
 	Version uint64    `json:"version,omitempty"`
 	// StartedAt is the cutover attempt's start, for cutover events.
 	StartedAt time.Time `json:"startedAt,omitzero"`
+	// Bypass details forgotten_producer and source_written_after_complete.
+	Bypass *BypassInfo `json:"bypass,omitempty"`
 }

@@ -425,6 +425,17 @@ func (r *Replicator) step(ctx context.Context, p *partState) (err error) {
 			r.skip(p, b, "empty") // compaction keeps a batch's producer state
 			continue
 		}
+		if f := r.onRead.Load(); f != nil {
+			r.mu.Lock()
+			after, seen := p.lag.before(b.baseOffset), p.lag.seen(b.baseOffset)
+			r.mu.Unlock()
+			at := r.now()
+			if seen.IsZero() || seen.After(at) {
+				seen = at
+			}
+			(*f)(SourceRead{Topic: p.topic, Partition: p.p, BaseOffset: b.baseOffset, End: b.lastOffset() + 1,
+				ProducerID: b.producerID, After: after, Seen: seen, At: at})
+		}
 		raw, runs := b.raw, []srcRun{{src: b.baseOffset, n: b.numRecords}}
 		if !b.contiguous() || b.baseOffset < p.next {
 			// Compaction removed records inside the batch, or the copy
@@ -701,10 +712,12 @@ func (r *Replicator) produceOnce(ctx context.Context, p *partState, req *kmsg.Pr
 		}
 		p.dstLeader = l
 	}
+	sent := time.Now()
 	kresp, err := r.dst.Broker(int(p.dstLeader)).Request(ctx, req)
 	if err != nil {
 		return 0, err
 	}
+	took := time.Since(sent)
 	resp := kresp.(*kmsg.ProduceResponse)
 	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
 		return 0, fmt.Errorf("produce: response without the partition")
@@ -713,6 +726,9 @@ func (r *Replicator) produceOnce(ctx context.Context, p *partState, req *kmsg.Pr
 	if err := kerr.ErrorForCode(pp.ErrorCode); err != nil {
 		return 0, err
 	}
+	// One request's ack, not the retries and backoff of produce: what a
+	// producer writing D would wait for (latency.go).
+	r.observeLatency(p.topic, took)
 	return pp.BaseOffset, nil
 }
 

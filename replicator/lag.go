@@ -58,3 +58,28 @@ func (l *lagClock) end() int64 {
 	}
 	return l.samples[len(l.samples)-1].end
 }
+
+// before returns the time of the newest sample whose end offset was at or
+// below offset (the record at offset was not there yet), or the zero time
+// without one.
+func (l *lagClock) before(offset int64) time.Time {
+	var at time.Time
+	for _, s := range l.samples {
+		if s.end > offset {
+			break
+		}
+		at = s.at
+	}
+	return at
+}
+
+// seen returns the time of the first sample whose end offset was above
+// offset (the record at offset was there), or the zero time without one.
+func (l *lagClock) seen(offset int64) time.Time {
+	for _, s := range l.samples {
+		if s.end > offset {
+			return s.at
+		}
+	}
+	return time.Time{}
+}

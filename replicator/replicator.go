@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -177,8 +178,13 @@ type Replicator struct {
 	pid      producerID // the run's shared producer id, zero before InitProducerId
 	order    string     // last schedule, for the debug log
 
+	onRead atomic.Pointer[func(SourceRead)] // OnSourceRead's callback
+
 	configMu       sync.Mutex                   // guards lastSrcConfigs (SyncConfigs)
 	lastSrcConfigs map[string]map[string]string // S's mirrored dynamic configs at the last pass, by topic
+
+	latMu   sync.Mutex                // guards latency (the map; each window has its own lock)
+	latency map[string]*latencyWindow // destination ack latency by topic (latency.go)
 }
 
 type producerID struct {
@@ -277,6 +283,9 @@ func New(opts ...Opt) (*Replicator, error) {
 		cfg: cfg, log: cfg.log.With("component", "replicator"), now: cfg.now, metrics: m,
 		topics: map[string]*topicState{}, changed: make(chan struct{}),
 		lastSrcConfigs: map[string]map[string]string{},
+	}
+	if err := cfg.registry.Register(newLatencyCollector(r)); err != nil {
+		return nil, err
 	}
 	for _, t := range cfg.topics {
 		r.Start(t)
@@ -523,6 +532,7 @@ func (r *Replicator) Stop(ctx context.Context, topic string) (Stopped, error) {
 	var dropped int
 	out.Recent, dropped = newest(recent, r.now().Add(-r.cfg.recentWindow), r.cfg.recentBatches)
 	delete(r.topics, topic)
+	r.forgetLatency(topic)
 	h := Handoff{Topic: topic}
 	for _, p := range st.Partitions {
 		if p.Next < 0 {
@@ -783,4 +793,37 @@ func (r *Replicator) sampleOnce(ctx context.Context) {
 		r.metrics.topicLag.WithLabelValues(t.name).Set(topicLag.Seconds())
 	}
 	r.notifyLocked()
+}
+
+// SourceRead is one data batch the replicator read from a source partition
+// (not a control batch, not aborted data), for bypass detection
+// (docs/design.md §12): the control plane matches it against the offsets
+// agents say they wrote.
+type SourceRead struct {
+	Topic      string
+	Partition  int32
+	BaseOffset int64
+	// End is the offset after the batch's last record.
+	End        int64
+	ProducerID int64
+	// After is a time when the source's end offset was at or below
+	// BaseOffset (from the lag samples): the batch was appended after it.
+	// Zero when no sample says.
+	After time.Time
+	// Seen is when a sample of the source's end offsets first showed the
+	// batch (else At): it was appended before, whenever the copy got to it.
+	Seen time.Time
+	// At is when the batch was read.
+	At time.Time
+}
+
+// OnSourceRead sets f to be called with every data batch read from the
+// source, before it is copied (again if its copy is retried), from the
+// copying goroutines: f must not block. nil stops the calls.
+func (r *Replicator) OnSourceRead(f func(SourceRead)) {
+	if f == nil {
+		r.onRead.Store(nil)
+		return
+	}
+	r.onRead.Store(&f)
 }

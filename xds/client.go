@@ -69,6 +69,7 @@ type clientConfig struct {
 	maxBackoff time.Duration
 	log        *slog.Logger
 	now        func() time.Time
+	delivered  func(topics []*batonv1.TopicDrain) // nil: nobody asks
 	findings   func() []*batonv1.Finding // nil: heartbeats carry none
 }
 
@@ -107,6 +108,13 @@ func ClientLogger(l *slog.Logger) ClientOpt {
 // ClientClock sets the lease clock of a LeaseKeeper (default time.Now).
 func ClientClock(now func() time.Time) ClientOpt {
 	return clientOptFunc(func(c *clientConfig) { c.now = now })
+}
+
+// OnDelivered sets a callback a LeaseKeeper calls with a heartbeat's topic
+// reports once the control plane answered it (granted or not): what they
+// carried need not be sent again (default: none).
+func OnDelivered(f func(topics []*batonv1.TopicDrain)) ClientOpt {
+	return clientOptFunc(func(c *clientConfig) { c.delivered = f })
 }
 
 // LeaseFindings sets what every heartbeat of a LeaseKeeper reports as the
@@ -640,6 +648,9 @@ func (k *LeaseKeeper) Heartbeat(ctx context.Context) (*batonv1.HeartbeatResponse
 		AckedVersion: acked, Topics: topics, SentAt: timestamppb.New(sent), Findings: findings})
 	if err != nil {
 		return nil, err
+	}
+	if k.cfg.delivered != nil {
+		k.cfg.delivered(topics)
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()

@@ -24,9 +24,13 @@ func buildSnapshot(res *Resources, clusterVersion, namespace, workload string) *
 	routeVers := make(map[string]string, len(res.Routes))
 	for _, r := range res.Routes {
 		out := r
-		if t, ok := res.Targets[r.GetTopic()]; ok && !t.Matches(namespace, workload) && r.GetShadow() != nil {
+		if t, ok := res.Targets[r.GetTopic()]; ok && !t.Matches(namespace, workload) &&
+			(r.GetShadow() != nil || r.GetDestinationLatency() != nil) {
 			out = proto.Clone(r).(*batonv1.TopicRoute)
-			out.Shadow = nil // not targeted: shadow features off
+			// Not targeted: shadow features off, and no latency profile,
+			// so that a new measurement is not pushed to nodes that do
+			// not emulate it.
+			out.Shadow, out.DestinationLatency = nil, nil
 		}
 		routes[r.GetTopic()] = types.ResourceWithTTL{Resource: out}
 		routeVers[r.GetTopic()] = FormatVersion(r.GetVersion())

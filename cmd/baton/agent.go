@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/baton-kafka/baton/agent"
+	"github.com/baton-kafka/baton/bpf"
 	"github.com/baton-kafka/baton/filter"
 	"github.com/baton-kafka/baton/filter/metrics"
 	"github.com/baton-kafka/baton/migration"
@@ -26,7 +27,8 @@ import (
 func newAgentCmd() *cobra.Command {
 	var (
 		listen, advertise, admin, source, destination, routesFile, logLevel string
-		controlPlane, nodeID, namespace, workload                           string
+		controlPlane, nodeID, namespace, workload, writeRanges              string
+		byteCounters                                                        string
 		maxFrame                                                            int32
 		connBuffered, buffered                                              int64
 		forwardDeadline, producerIDIdle, frameTimeout, idleTimeout          time.Duration
@@ -80,6 +82,10 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 				defer conn.Close()
 				cpOpts = append(cpOpts, agent.ControlPlane(conn, xds.NodeMeta(nodeID, namespace, workload)))
 			}
+			counters, err := bpf.ParseMode(byteCounters)
+			if err != nil {
+				return fmt.Errorf("--byte-counters: %w", err)
+			}
 			srcSecurity, err := srcSec.agentSecurity()
 			if err != nil {
 				return err
@@ -89,6 +95,10 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 				return err
 			}
 			clientSecurity, err := clients.clientSecurity(listen)
+			if err != nil {
+				return err
+			}
+			wr, err := parseWriteRanges(writeRanges)
 			if err != nil {
 				return err
 			}
@@ -119,7 +129,8 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 				agent.ConnBufferedBytes(connBuffered), agent.BufferedBytes(buffered),
 				agent.FrameTimeout(frameTimeout), agent.IdleTimeout(idleTimeout),
 				agent.UpstreamConns(upstreamConns),
-				agent.ProducerIDs(producerIDs), agent.ProducerIDIdle(producerIDIdle),
+				agent.ProducerIDs(producerIDs), agent.ProducerIDIdle(producerIDIdle), agent.WriteRanges(wr),
+				agent.ByteCounters(counters),
 				agent.Filters([]filter.Factory{mf}...),
 				agent.Logger(log), agent.Registry(reg),
 				agent.AuthCheck(agent.AuthCheckConfig{Principal: dstPrincipal, SuperUsers: splitList(dstSuperUsers)}),
@@ -151,9 +162,11 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 	f.DurationVar(&producerIDIdle, "producer-id-idle", agent.DefaultProducerIDIdle, "how long a producer id mapping outlives its producer's last batch to the destination")
 	cpTLS.add(f, "control-plane", "the control plane")
 	f.StringVar(&controlPlane, "control-plane", "", "control plane gRPC address: routes over xDS and a lease (instead of --routes)")
+	f.StringVar(&writeRanges, "write-ranges", "auto", "keep the source offset ranges of acked produce for the control plane's bypass detection: auto (with --control-plane), on (also with --routes, to measure the cost) or off")
 	f.StringVar(&nodeID, "node-id", "", "this agent's node id at the control plane (default: the hostname)")
 	f.StringVar(&namespace, "namespace", "", "node metadata: the workload's namespace, for staged rollout")
 	f.StringVar(&workload, "workload", "", "node metadata: the workload's name")
+	f.StringVar(&byteCounters, "byte-counters", string(bpf.Auto), "how client connections' bytes are counted: auto (ebpf when it loads, else userspace), userspace, or ebpf (fail if it cannot load)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&dstPrincipal, "destination-principal", "", "the principal the destination gives the agent, which the auth check checks for clients without forwarded credentials (default: User:<--destination-sasl-user>, an OAuth token's subject, or User:ANONYMOUS without SASL or a client certificate)")
 	f.StringVar(&dstSuperUsers, "destination-super-users", "", "the destination's super.users, comma-separated: the auth check allows them everything (ACLs do not show them)")
@@ -184,4 +197,17 @@ func newLogger(level string) (*slog.Logger, error) {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}
+
+// parseWriteRanges reads --write-ranges.
+func parseWriteRanges(s string) (agent.WriteRangesMode, error) {
+	switch s {
+	case "auto":
+		return agent.WriteRangesAuto, nil
+	case "on":
+		return agent.WriteRangesOn, nil
+	case "off":
+		return agent.WriteRangesOff, nil
+	}
+	return 0, fmt.Errorf(`--write-ranges: want "auto", "on" or "off", got %q`, s)
 }

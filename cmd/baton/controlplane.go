@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -34,7 +35,8 @@ func newControlPlaneCmd() *cobra.Command {
 		grpcCert, grpcKey, grpcClientCA, agentIdentities                      string
 		httpCert, httpKey, httpClientCA, apiIdentities                        string
 		apiInsecure                                                           bool
-		lease, forward, timeout                                               time.Duration
+		lease, forward, timeout, bypassWatch, bypassGrace, forgottenWindow    time.Duration
+		admin                                                                 string
 		srcSASL, destSASL                                                     securityFlags
 	)
 	cmd := &cobra.Command{
@@ -58,6 +60,15 @@ alter ACLs.`,
 			log, err := newLogger(logLevel)
 			if err != nil {
 				return err
+			}
+			if bypassWatch < 0 {
+				return fmt.Errorf("--bypass-watch: %v is negative (0 turns the watch off)", bypassWatch)
+			}
+			if bypassGrace < 0 {
+				return fmt.Errorf("--bypass-grace: %v is negative (0: the lease)", bypassGrace)
+			}
+			if forgottenWindow < 0 {
+				return fmt.Errorf("--gate-forgotten-producer-window: %v is negative (0 turns the gate off)", forgottenWindow)
 			}
 			var tokens []controlplane.APIToken
 			if apiTokensFile != "" {
@@ -97,7 +108,9 @@ alter ACLs.`,
 			if err != nil {
 				return err
 			}
-			r, err := replicator.New(replicator.Source(splitList(source)...),
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+			r, err := replicator.New(replicator.Source(splitList(source)...), replicator.Registry(reg),
 				replicator.Destination(splitList(destination)...), replicator.Logger(log),
 				replicator.SourceClientOpts(sopts...), replicator.DestinationClientOpts(dopts...))
 			if err != nil {
@@ -124,14 +137,13 @@ alter ACLs.`,
 				return err
 			}
 			defer scl.Close()
-			reg := prometheus.NewRegistry()
-			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 			cp, err := controlplane.New(ctx, append([]controlplane.Opt{controlplane.WithStore(store), controlplane.Logger(log),
-				controlplane.Metrics(reg), // GET /metrics on the HTTP API
 				controlplane.WithGuard(guard),
 				controlplane.WithReplication(&controlplane.ReplicatorAdapter{R: r, Source: kadm.NewClient(scl)}),
 				controlplane.APITokens(tokens), controlplane.APIIdentities(ids),
 				controlplane.LeaseDuration(lease), controlplane.ForwardDeadline(forward), controlplane.CutoverTimeout(timeout),
+				controlplane.BypassWatch(bypassWatch), controlplane.BypassGrace(bypassGrace),
+				controlplane.ForgottenProducerWindow(forgottenWindow), controlplane.Registry(reg),
 				controlplane.Clusters(&batonv1.Cluster{Name: "source", Bootstrap: splitList(source)},
 					&batonv1.Cluster{Name: "destination", Bootstrap: splitList(destination)})}, nodeOpts...)...)
 			if err != nil {
@@ -153,6 +165,18 @@ alter ACLs.`,
 			if httpTLS != nil {
 				api = "https://" + hln.Addr().String()
 				serve = func() error { return hs.ServeTLS(hln, "", "") } // the certificate is in TLSConfig
+			}
+			if admin != "" {
+				aln, err := net.Listen("tcp", admin)
+				if err != nil {
+					return fmt.Errorf("--admin: %w", err)
+				}
+				mux := http.NewServeMux()
+				mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+				as := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+				defer as.Close()
+				go func() { _ = as.Serve(aln) }()
+				log.Info("admin endpoints", "metrics", "http://"+aln.Addr().String()+"/metrics")
 			}
 			go func() { _ = g.Serve(gln) }()
 			go func() { _ = serve() }()
@@ -176,6 +200,11 @@ alter ACLs.`,
 	f.DurationVar(&lease, "lease", migration.DefaultLease, "agents' lease")
 	f.DurationVar(&forward, "forward-deadline", migration.DefaultForwardDeadline, "forward deadline F (below the lease)")
 	f.DurationVar(&timeout, "cutover-timeout", controlplane.DefaultCutoverTimeout, "bound of every cutover wait; gate: lag <= timeout/4")
+	f.DurationVar(&bypassWatch, "bypass-watch", controlplane.DefaultBypassWatch, "how long after COMPLETE the source's end offsets are watched for writes that bypass the agents (0: off)")
+	f.DurationVar(&bypassGrace, "bypass-grace", 0, "how long after the replicator reads a batch from a PROXY topic's source an agent's report of it may arrive before the batch counts as a bypass (default: the lease)")
+	f.DurationVar(&forgottenWindow, "gate-forgotten-producer-window", controlplane.DefaultForgottenProducerWindow,
+		"the forgotten-producer cutover gate refuses a topic written by a producer that bypassed the agents within this window (0: gate off)")
+	f.StringVar(&admin, "admin", "", "address of /metrics, the control plane's and its replicator's, e.g. 127.0.0.1:9406 (default: off)")
 	f.StringVar(&apiTokensFile, "api-tokens-file", "", "YAML list of the HTTP API's callers (name, role read-only or operator, sha256 of the token); every request then needs a bearer token")
 	f.StringVar(&grpcCert, "grpc-tls-cert", "", "PEM certificate the gRPC port (xDS, leases) serves TLS with (with --grpc-tls-key)")
 	f.StringVar(&grpcKey, "grpc-tls-key", "", "PEM key of --grpc-tls-cert")
@@ -192,7 +221,7 @@ alter ACLs.`,
 	srcSASL.add(f, "source")
 	destSASL.add(f, "destination")
 	markAddrs(f, addrDial, "source", "destination")
-	markAddrs(f, addrListen, "grpc", "http")
+	markAddrs(f, addrListen, "grpc", "http", "admin")
 	markAddrs(f, addrEtcd, "etcd-endpoints")
 	_ = cmd.MarkFlagRequired("source")
 	_ = cmd.MarkFlagRequired("destination")

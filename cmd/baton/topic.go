@@ -32,7 +32,7 @@ func fmtTime(t time.Time) string {
 
 func newTopicCmd() *cobra.Command {
 	var output, actor string
-	cmd := &cobra.Command{Use: "topic", Short: "Manage topics on a running control plane (add, list, status, migrate, abort)"}
+	cmd := &cobra.Command{Use: "topic", Short: "Manage topics on a running control plane (add, list, status, shadow, migrate, abort)"}
 	api := apiFlags(cmd, &output)
 	cmd.PersistentFlags().StringVar(&actor, "actor", "cli", "who is acting, for the event log (ignored by a control plane that requires credentials: it records the caller's name)")
 
@@ -50,6 +50,7 @@ func newTopicCmd() *cobra.Command {
 
 	var state, mode, namespaces string
 	var holdMax time.Duration
+	var latencyEmulation bool
 	add := &cobra.Command{
 		Use: "add TOPIC", Short: "Start managing a topic (REJECT or PROXY)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -65,7 +66,7 @@ func newTopicCmd() *cobra.Command {
 				return err
 			}
 			t, err := cl.Add(cmd.Context(), controlplane.TopicSpec{Name: args[0], State: st, Mode: mode, HoldMax: holdMax,
-				Target: xds.Target{Namespaces: splitList(namespaces)}}, actor)
+				Target: xds.Target{Namespaces: splitList(namespaces)}, Shadow: controlplane.Shadow{LatencyEmulation: latencyEmulation}}, actor)
 			if err != nil {
 				return err
 			}
@@ -76,6 +77,38 @@ func newTopicCmd() *cobra.Command {
 	add.Flags().StringVar(&mode, "mode", "hold", "MIGRATING mode: hold or retriable")
 	add.Flags().DurationVar(&holdMax, "hold-max", migration.DefaultHoldMax, "longest hold of a produce request")
 	add.Flags().StringVar(&namespaces, "namespaces", "", "namespaces that get shadow features (empty: all)")
+	add.Flags().BoolVar(&latencyEmulation, "latency-emulation", false,
+		"in PROXY, hold produce responses until the destination's measured latency has passed (for the namespaces above)")
+
+	var emulation string
+	shadow := &cobra.Command{
+		Use: "shadow TOPIC", Short: "Switch a REJECT or PROXY topic's shadow features (latency emulation)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			var ch controlplane.ShadowChange
+			switch emulation {
+			case "on", "off":
+				on := emulation == "on"
+				ch.LatencyEmulation = &on
+			case "":
+				return fmt.Errorf("--latency-emulation: say on or off")
+			default:
+				return fmt.Errorf("--latency-emulation: %q is not on or off", emulation)
+			}
+			cl, err := api()
+			if err != nil {
+				return err
+			}
+			t, err := cl.Shadow(cmd.Context(), args[0], ch, actor)
+			if err != nil {
+				return err
+			}
+			return printTopics(cmd, []controlplane.Topic{t})
+		},
+	}
+	shadow.Flags().StringVar(&emulation, "latency-emulation", "", "on or off")
 
 	list := &cobra.Command{
 		Use: "list", Short: "List managed topics", Args: cobra.NoArgs,
@@ -119,6 +152,14 @@ func newTopicCmd() *cobra.Command {
 			} else {
 				fmt.Fprintf(out, "time lag:  %v\n", st.Lag)
 			}
+			if st.Shadow.LatencyEmulation {
+				if l := st.DestinationLatency; l != nil {
+					fmt.Fprintf(out, "latency:   emulating the destination's p50 %v, p99 %v (%d acks, measured %s)\n",
+						l.P50, l.P99, l.Samples, fmtTime(l.MeasuredAt))
+				} else {
+					fmt.Fprintf(out, "latency:   emulation on; no destination latency measured yet (or not in PROXY)\n")
+				}
+			}
 			for _, p := range slices.Sorted(maps.Keys(st.Diverged)) {
 				fmt.Fprintf(out, "DIVERGED:  partition %d: %s (a cutover is refused)\n", p, st.Diverged[p])
 			}
@@ -141,6 +182,7 @@ func newTopicCmd() *cobra.Command {
 	}
 	op := func(name, short string) *cobra.Command {
 		var reason string
+		var force []string
 		c := &cobra.Command{
 			Use: name + " TOPIC", Short: short, Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
@@ -151,7 +193,12 @@ func newTopicCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				t, err := cl.Op(cmd.Context(), args[0], name, actor, reason, "")
+				var t controlplane.Topic
+				if name == "migrate" {
+					t, err = cl.Migrate(cmd.Context(), args[0], actor, force)
+				} else {
+					t, err = cl.Op(cmd.Context(), args[0], name, actor, reason, "")
+				}
 				if err != nil {
 					return err
 				}
@@ -161,9 +208,14 @@ func newTopicCmd() *cobra.Command {
 		if name == "abort" {
 			c.Flags().StringVar(&reason, "reason", "", "why, for the event log")
 		}
+		if name == "migrate" {
+			c.Flags().StringSliceVar(&force, "force", nil, "start even though these cutover gates refuse (comma-separated: "+
+				gateNames()+"; --force alone: all); the event log records each gate forced past and why")
+			c.Flags().Lookup("force").NoOptDefVal = controlplane.ForceAll
+		}
 		return c
 	}
-	cmd.AddCommand(add, list, status,
+	cmd.AddCommand(add, list, status, shadow,
 		op("migrate", "Start a cutover (PROXY -> MIGRATING -> COMPLETE); follow it with `baton events --follow`"),
 		op("abort", "Abort a running cutover: back to PROXY"))
 	return cmd
@@ -261,4 +313,12 @@ func newAgentsCmd() *cobra.Command {
 	}
 	api = apiFlags(cmd, &output)
 	return cmd
+}
+
+func gateNames() string {
+	s := make([]string, len(controlplane.Gates))
+	for i, g := range controlplane.Gates {
+		s[i] = string(g)
+	}
+	return strings.Join(s, ", ")
 }

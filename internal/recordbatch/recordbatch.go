@@ -29,6 +29,7 @@ const (
 	OffCRC        = 17
 	OffAttributes = 21
 	OffLastDelta  = 23 // last offset delta: records in the batch minus one
+	OffBaseTime   = 27 // the first record's timestamp, Unix milliseconds
 	OffProducerID = 43
 	OffEpoch      = 51
 	OffBaseSeq    = 53
@@ -68,6 +69,17 @@ func ReadProducer(b []byte) (p Producer, ok bool) {
 		Epoch:   int16(binary.BigEndian.Uint16(b[OffEpoch:])),
 		BaseSeq: int32(binary.BigEndian.Uint32(b[OffBaseSeq:])),
 	}, true
+}
+
+// BaseTimestamp returns the timestamp of the first record of the v2 batch
+// that starts b (Unix milliseconds), and whether it is one the producer
+// set: ok is false for a short or non-v2 header, and for a batch whose
+// timestamps are the broker's append time.
+func BaseTimestamp(b []byte) (ms int64, ok bool) {
+	if len(b) < HeaderLen || b[OffMagic] != 2 || binary.BigEndian.Uint16(b[OffAttributes:])&AttrLogAppendTime != 0 {
+		return 0, false
+	}
+	return int64(binary.BigEndian.Uint64(b[OffBaseTime:])), true
 }
 
 // Transactional says whether the v2 batch that starts b is transactional.

@@ -127,6 +127,21 @@ func agentVsDirect(b *testing.B, name, bootstrap string, rf int16, sec ...secure
 		}
 		paths = append(paths, &path{name: label, addr: addr, pid: pid})
 	}
+	if os.Getenv(envWriteRanges) != "" && s.agentArgs == nil {
+		// The cost of keeping the acked offset ranges for bypass
+		// detection, on against off in the same run: both agents route
+		// the topic PROXY (static routes), where the ranges are kept.
+		routes := b.TempDir() + "/routes.yaml"
+		if err := os.WriteFile(routes, []byte("routes:\n  - topic: bench\n    state: PROXY\n"), 0o600); err != nil {
+			b.Fatal(err)
+		}
+		bin := buildBaton(b)
+		for _, mode := range []string{"off", "on"} {
+			addr, pid, stop := startAgentProcess(b, bin, bootstrap, "--routes", routes, "--write-ranges", mode)
+			defer stop()
+			paths = append(paths, &path{name: "ranges-" + mode, addr: addr, pid: pid})
+		}
+	}
 	createTopic(b, bootstrap, "bench", rf, s.client...)
 
 	// Warm up every path (JIT on a JVM broker, connections, pools) before
@@ -309,6 +324,10 @@ func createTopic(b *testing.B, bootstrap, topic string, rf int16, opts ...kgo.Op
 const (
 	envBaselineBin  = "BATON_BENCH_BASELINE_BIN"  // a baton binary to measure as well
 	envBaselineName = "BATON_BENCH_BASELINE_NAME" // its column's name; default "baseline"
+	// envWriteRanges, set, adds two agents routing the topic PROXY, one
+	// keeping the acked offset ranges for bypass detection and one not
+	// (--write-ranges on and off), as columns ranges-on and ranges-off.
+	envWriteRanges = "BATON_BENCH_WRITE_RANGES"
 )
 
 // startAgentProcess starts `baton agent` from bin in front of bootstrap, so

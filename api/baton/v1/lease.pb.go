@@ -41,7 +41,11 @@ type TopicDrain struct {
 	// acked to a producer from the source. A leader acks acks=1 writes
 	// before its followers have them, above the high watermark the cutover
 	// reads; the cutover waits for the destination to hold these too.
-	AckedEnds     map[int32]int64 `protobuf:"bytes,5,rep,name=acked_ends,json=ackedEnds,proto3" json:"acked_ends,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	AckedEnds map[int32]int64 `protobuf:"bytes,5,rep,name=acked_ends,json=ackedEnds,proto3" json:"acked_ends,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// writes: per partition, what the agent wrote to the source since its
+	// last acknowledged report, for bypass detection (docs/design.md §12).
+	// A heartbeat that fails is followed by one carrying the same again.
+	Writes        []*PartitionWrites `protobuf:"bytes,6,rep,name=writes,proto3" json:"writes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -111,6 +115,143 @@ func (x *TopicDrain) GetAckedEnds() map[int32]int64 {
 	return nil
 }
 
+func (x *TopicDrain) GetWrites() []*PartitionWrites {
+	if x != nil {
+		return x.Writes
+	}
+	return nil
+}
+
+// OffsetRange is the source offsets [start, end).
+type OffsetRange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Start         int64                  `protobuf:"varint,1,opt,name=start,proto3" json:"start,omitempty"`
+	End           int64                  `protobuf:"varint,2,opt,name=end,proto3" json:"end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OffsetRange) Reset() {
+	*x = OffsetRange{}
+	mi := &file_baton_v1_lease_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OffsetRange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OffsetRange) ProtoMessage() {}
+
+func (x *OffsetRange) ProtoReflect() protoreflect.Message {
+	mi := &file_baton_v1_lease_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OffsetRange.ProtoReflect.Descriptor instead.
+func (*OffsetRange) Descriptor() ([]byte, []int) {
+	return file_baton_v1_lease_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *OffsetRange) GetStart() int64 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *OffsetRange) GetEnd() int64 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+// PartitionWrites is what an agent wrote to one source partition since its
+// last acknowledged report.
+type PartitionWrites struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Partition int32                  `protobuf:"varint,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	// acked: the offset ranges of batches the source acked to the agent
+	// (base offset to base offset + records), merged, ascending; at most a
+	// bounded number per heartbeat, the rest in the next ones.
+	Acked []*OffsetRange `protobuf:"bytes,2,rep,name=acked,proto3" json:"acked,omitempty"`
+	// unknown_from and unknown_until (the agent's clock): the agent wrote
+	// records whose offsets it never learned (acks=0, or the answer was
+	// lost) between these times; unset if none. The control plane's
+	// attribution of the partition is incomplete then.
+	UnknownFrom   *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=unknown_from,json=unknownFrom,proto3" json:"unknown_from,omitempty"`
+	UnknownUntil  *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=unknown_until,json=unknownUntil,proto3" json:"unknown_until,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartitionWrites) Reset() {
+	*x = PartitionWrites{}
+	mi := &file_baton_v1_lease_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionWrites) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionWrites) ProtoMessage() {}
+
+func (x *PartitionWrites) ProtoReflect() protoreflect.Message {
+	mi := &file_baton_v1_lease_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionWrites.ProtoReflect.Descriptor instead.
+func (*PartitionWrites) Descriptor() ([]byte, []int) {
+	return file_baton_v1_lease_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *PartitionWrites) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *PartitionWrites) GetAcked() []*OffsetRange {
+	if x != nil {
+		return x.Acked
+	}
+	return nil
+}
+
+func (x *PartitionWrites) GetUnknownFrom() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UnknownFrom
+	}
+	return nil
+}
+
+func (x *PartitionWrites) GetUnknownUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UnknownUntil
+	}
+	return nil
+}
+
 type HeartbeatRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// node_id is the agent's xDS node id.
@@ -133,7 +274,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_baton_v1_lease_proto_msgTypes[1]
+	mi := &file_baton_v1_lease_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -145,7 +286,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_v1_lease_proto_msgTypes[1]
+	mi := &file_baton_v1_lease_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -158,7 +299,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_baton_v1_lease_proto_rawDescGZIP(), []int{1}
+	return file_baton_v1_lease_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *HeartbeatRequest) GetNodeId() string {
@@ -231,7 +372,7 @@ type Finding struct {
 
 func (x *Finding) Reset() {
 	*x = Finding{}
-	mi := &file_baton_v1_lease_proto_msgTypes[2]
+	mi := &file_baton_v1_lease_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -243,7 +384,7 @@ func (x *Finding) String() string {
 func (*Finding) ProtoMessage() {}
 
 func (x *Finding) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_v1_lease_proto_msgTypes[2]
+	mi := &file_baton_v1_lease_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -256,7 +397,7 @@ func (x *Finding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Finding.ProtoReflect.Descriptor instead.
 func (*Finding) Descriptor() ([]byte, []int) {
-	return file_baton_v1_lease_proto_rawDescGZIP(), []int{2}
+	return file_baton_v1_lease_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Finding) GetKind() string {
@@ -330,7 +471,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_baton_v1_lease_proto_msgTypes[3]
+	mi := &file_baton_v1_lease_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -342,7 +483,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_v1_lease_proto_msgTypes[3]
+	mi := &file_baton_v1_lease_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -355,7 +496,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_baton_v1_lease_proto_rawDescGZIP(), []int{3}
+	return file_baton_v1_lease_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *HeartbeatResponse) GetGranted() bool {
@@ -411,7 +552,7 @@ var File_baton_v1_lease_proto protoreflect.FileDescriptor
 
 const file_baton_v1_lease_proto_rawDesc = "" +
 	"\n" +
-	"\x14baton/v1/lease.proto\x12\bbaton.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8a\x02\n" +
+	"\x14baton/v1/lease.proto\x12\bbaton.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbd\x02\n" +
 	"\n" +
 	"TopicDrain\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1b\n" +
@@ -419,10 +560,19 @@ const file_baton_v1_lease_proto_rawDesc = "" +
 	"\x12stopped_forwarding\x18\x03 \x01(\bR\x11stoppedForwarding\x12\x18\n" +
 	"\adrained\x18\x04 \x01(\bR\adrained\x12B\n" +
 	"\n" +
-	"acked_ends\x18\x05 \x03(\v2#.baton.v1.TopicDrain.AckedEndsEntryR\tackedEnds\x1a<\n" +
+	"acked_ends\x18\x05 \x03(\v2#.baton.v1.TopicDrain.AckedEndsEntryR\tackedEnds\x121\n" +
+	"\x06writes\x18\x06 \x03(\v2\x19.baton.v1.PartitionWritesR\x06writes\x1a<\n" +
 	"\x0eAckedEndsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x9c\x02\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"5\n" +
+	"\vOffsetRange\x12\x14\n" +
+	"\x05start\x18\x01 \x01(\x03R\x05start\x12\x10\n" +
+	"\x03end\x18\x02 \x01(\x03R\x03end\"\xdc\x01\n" +
+	"\x0fPartitionWrites\x12\x1c\n" +
+	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12+\n" +
+	"\x05acked\x18\x02 \x03(\v2\x15.baton.v1.OffsetRangeR\x05acked\x12=\n" +
+	"\funknown_from\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\vunknownFrom\x12?\n" +
+	"\runknown_until\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\funknownUntil\"\x9c\x02\n" +
 	"\x10HeartbeatRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1a\n" +
@@ -465,34 +615,40 @@ func file_baton_v1_lease_proto_rawDescGZIP() []byte {
 	return file_baton_v1_lease_proto_rawDescData
 }
 
-var file_baton_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_baton_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_baton_v1_lease_proto_goTypes = []any{
 	(*TopicDrain)(nil),            // 0: baton.v1.TopicDrain
-	(*HeartbeatRequest)(nil),      // 1: baton.v1.HeartbeatRequest
-	(*Finding)(nil),               // 2: baton.v1.Finding
-	(*HeartbeatResponse)(nil),     // 3: baton.v1.HeartbeatResponse
-	nil,                           // 4: baton.v1.TopicDrain.AckedEndsEntry
-	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 6: google.protobuf.Duration
+	(*OffsetRange)(nil),           // 1: baton.v1.OffsetRange
+	(*PartitionWrites)(nil),       // 2: baton.v1.PartitionWrites
+	(*HeartbeatRequest)(nil),      // 3: baton.v1.HeartbeatRequest
+	(*Finding)(nil),               // 4: baton.v1.Finding
+	(*HeartbeatResponse)(nil),     // 5: baton.v1.HeartbeatResponse
+	nil,                           // 6: baton.v1.TopicDrain.AckedEndsEntry
+	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 8: google.protobuf.Duration
 }
 var file_baton_v1_lease_proto_depIdxs = []int32{
-	4,  // 0: baton.v1.TopicDrain.acked_ends:type_name -> baton.v1.TopicDrain.AckedEndsEntry
-	0,  // 1: baton.v1.HeartbeatRequest.topics:type_name -> baton.v1.TopicDrain
-	5,  // 2: baton.v1.HeartbeatRequest.sent_at:type_name -> google.protobuf.Timestamp
-	2,  // 3: baton.v1.HeartbeatRequest.findings:type_name -> baton.v1.Finding
-	5,  // 4: baton.v1.Finding.first_seen:type_name -> google.protobuf.Timestamp
-	5,  // 5: baton.v1.Finding.last_seen:type_name -> google.protobuf.Timestamp
-	5,  // 6: baton.v1.HeartbeatResponse.granted_at:type_name -> google.protobuf.Timestamp
-	5,  // 7: baton.v1.HeartbeatResponse.expires_at:type_name -> google.protobuf.Timestamp
-	6,  // 8: baton.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
-	6,  // 9: baton.v1.HeartbeatResponse.forward_deadline:type_name -> google.protobuf.Duration
-	1,  // 10: baton.v1.Lease.Heartbeat:input_type -> baton.v1.HeartbeatRequest
-	3,  // 11: baton.v1.Lease.Heartbeat:output_type -> baton.v1.HeartbeatResponse
-	11, // [11:12] is the sub-list for method output_type
-	10, // [10:11] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	6,  // 0: baton.v1.TopicDrain.acked_ends:type_name -> baton.v1.TopicDrain.AckedEndsEntry
+	2,  // 1: baton.v1.TopicDrain.writes:type_name -> baton.v1.PartitionWrites
+	1,  // 2: baton.v1.PartitionWrites.acked:type_name -> baton.v1.OffsetRange
+	7,  // 3: baton.v1.PartitionWrites.unknown_from:type_name -> google.protobuf.Timestamp
+	7,  // 4: baton.v1.PartitionWrites.unknown_until:type_name -> google.protobuf.Timestamp
+	0,  // 5: baton.v1.HeartbeatRequest.topics:type_name -> baton.v1.TopicDrain
+	7,  // 6: baton.v1.HeartbeatRequest.sent_at:type_name -> google.protobuf.Timestamp
+	4,  // 7: baton.v1.HeartbeatRequest.findings:type_name -> baton.v1.Finding
+	7,  // 8: baton.v1.Finding.first_seen:type_name -> google.protobuf.Timestamp
+	7,  // 9: baton.v1.Finding.last_seen:type_name -> google.protobuf.Timestamp
+	7,  // 10: baton.v1.HeartbeatResponse.granted_at:type_name -> google.protobuf.Timestamp
+	7,  // 11: baton.v1.HeartbeatResponse.expires_at:type_name -> google.protobuf.Timestamp
+	8,  // 12: baton.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
+	8,  // 13: baton.v1.HeartbeatResponse.forward_deadline:type_name -> google.protobuf.Duration
+	3,  // 14: baton.v1.Lease.Heartbeat:input_type -> baton.v1.HeartbeatRequest
+	5,  // 15: baton.v1.Lease.Heartbeat:output_type -> baton.v1.HeartbeatResponse
+	15, // [15:16] is the sub-list for method output_type
+	14, // [14:15] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_baton_v1_lease_proto_init() }
@@ -506,7 +662,7 @@ func file_baton_v1_lease_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_baton_v1_lease_proto_rawDesc), len(file_baton_v1_lease_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

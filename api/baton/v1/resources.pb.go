@@ -210,8 +210,9 @@ func (x *Cluster) GetSaslRef() string {
 }
 
 // LatencyProfile is the destination's measured produce ack latency, which
-// the agent emulates in PROXY (placeholder: the replicator measures it, the
-// control plane does not fill it yet).
+// the agent emulates in PROXY with latency emulation on (docs/design.md
+// §12): the replicator measures it, the control plane pushes it at the
+// current config version when it changed materially.
 type LatencyProfile struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	P50           *durationpb.Duration   `protobuf:"bytes,1,opt,name=p50,proto3" json:"p50,omitempty"`

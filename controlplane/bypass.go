@@ -1,0 +1,518 @@
+package controlplane
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/internal/offsetset"
+	"github.com/baton-kafka/baton/migration"
+	"github.com/baton-kafka/baton/replicator"
+)
+
+// Bypass (forgotten-producer) detection, docs/design.md §12.
+//
+// While a topic is PROXY (or MIGRATING), agents report with their
+// heartbeats the source offset ranges S acked to them; the replicator
+// tells what it reads from S.T. A data batch no agent's range covers
+// within the grace is a producer writing S.T around the agents: after the
+// cutover nobody would copy it. After COMPLETE, S.T's end offsets are
+// watched for a while: any growth is a write nobody copies.
+
+// Defaults of bypass detection.
+const (
+	// DefaultBypassWatch is how long S.T's end offsets are watched after
+	// the topic reached COMPLETE.
+	DefaultBypassWatch = 24 * time.Hour
+	// DefaultBypassPoll is how often they are read then.
+	DefaultBypassPoll = 5 * time.Second
+	// DefaultBypassDedupe: one forgotten_producer event per producer id
+	// and partition in this window.
+	DefaultBypassDedupe = 10 * time.Minute
+	// bypassEpisodeQuiet ends a growth episode after COMPLETE: the next
+	// growth after this long without any is a new alert.
+	bypassEpisodeQuiet = time.Minute
+	// Bounds per partition: acked ranges heard of and batches read not
+	// judged yet. Past them the oldest are dropped and the partition's
+	// attribution is incomplete for that while (never a false bypass).
+	maxAckedRanges  = 100_000
+	maxPendingReads = 100_000
+	maxUnknownSpans = 64
+)
+
+// BypassGrace sets how long after the replicator read a batch an agent's
+// report of it may still arrive (default: the lease, 5 s: an agent reports
+// with its next heartbeat, every lease/3, and a lost heartbeat's report
+// goes again with the next, so the lease covers two lost heartbeats).
+func BypassGrace(d time.Duration) Opt { return optFunc(func(c *config) { c.bypassGrace = d }) }
+
+// BypassWatch sets how long after COMPLETE S.T's end offsets are watched
+// for writes (default 24 h; 0: off).
+func BypassWatch(d time.Duration) Opt { return optFunc(func(c *config) { c.bypassWatch = d }) }
+
+// BypassPoll sets how often S.T's end offsets are read while watched after
+// COMPLETE (default 5 s).
+func BypassPoll(d time.Duration) Opt { return optFunc(func(c *config) { c.bypassPoll = d }) }
+
+// Registry sets where the control plane's metrics register (default: a
+// private registry).
+func Registry(r prometheus.Registerer) Opt { return optFunc(func(c *config) { c.registry = r }) }
+
+// BypassInfo details a forgotten_producer or source_written_after_complete
+// event.
+type BypassInfo struct {
+	Partition  int32 `json:"partition"`
+	Offset     int64 `json:"offset"`
+	Records    int64 `json:"records"`
+	ProducerID int64 `json:"producerId"`
+	// Grown is, after COMPLETE, the records written per partition.
+	Grown map[int32]int64 `json:"grown,omitempty"`
+}
+
+type bypassMetrics struct {
+	unattributed, unknown, afterComplete *prometheus.CounterVec
+}
+
+func newBypassMetrics(reg prometheus.Registerer) (*bypassMetrics, error) {
+	m := &bypassMetrics{
+		unattributed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "baton_controlplane_bypass_records_total",
+			Help: "Records in the source of a PROXY topic that no agent reported writing: a producer bypasses the agents."}, []string{"topic"}),
+		unknown: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "baton_controlplane_bypass_unattributable_records_total",
+			Help: "Records no agent reported writing while an agent wrote offsets it never learned (acks=0, lost answers): not judged."}, []string{"topic"}),
+		afterComplete: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "baton_controlplane_source_written_after_complete_records_total",
+			Help: "Records written to the source of a topic after it reached COMPLETE: nobody copies them."}, []string{"topic"}),
+	}
+	for _, c := range []prometheus.Collector{m.unattributed, m.unknown, m.afterComplete} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("%w: metrics: %w", ErrBadConfig, err)
+		}
+	}
+	return m, nil
+}
+
+// bypass is the detection's state; its own lock, never held with cp.mu.
+type bypass struct {
+	mu       sync.Mutex
+	proxy    map[string]*proxyWatch
+	complete map[string]*completeWatch
+	last     map[string]lastBypass
+}
+
+type lastBypass struct {
+	at   time.Time
+	what string
+}
+
+type proxyWatch struct {
+	parts map[int32]*attribution
+	ready bool // start offsets known
+}
+
+// attribution is one partition's: what agents acked, what the replicator
+// read and has not judged yet, and when attribution was incomplete.
+type attribution struct {
+	start   int64 // offsets below were written before the watch began
+	judged  int64 // offsets below are judged
+	acked   offsetset.Set
+	pending []sourceRead
+	unknown []timeSpan
+	evented map[int64]time.Time // producer id -> last event
+}
+
+type sourceRead struct {
+	start, end, pid int64
+	after, at       time.Time
+}
+
+type timeSpan struct{ from, until time.Time }
+
+type completeWatch struct {
+	ends      map[int32]int64
+	nextPoll  time.Time
+	inEpisode bool
+	lastGrown time.Time
+}
+
+func newBypass() *bypass {
+	return &bypass{proxy: map[string]*proxyWatch{}, complete: map[string]*completeWatch{}, last: map[string]lastBypass{}}
+}
+
+func (w *proxyWatch) part(p int32) *attribution {
+	a := w.parts[p]
+	if a == nil {
+		a = &attribution{start: -1, evented: map[int64]time.Time{}}
+		w.parts[p] = a
+	}
+	return a
+}
+
+// LastBypass reports the newest forgotten producer seen writing topic's
+// source while it was PROXY: when it was judged, and what (partition,
+// offset, producer id). For the cutover gate. It is kept in memory: a
+// restarted control plane starts with none (the event log keeps them).
+func (cp *ControlPlane) LastBypass(topic string) (when time.Time, what string, ok bool) {
+	cp.byp.mu.Lock()
+	defer cp.byp.mu.Unlock()
+	l, ok := cp.byp.last[topic]
+	return l.at, l.what, ok
+}
+
+// noteSourceRead is the replicator's OnSourceRead: queue the batch to be
+// judged once the grace passed.
+func (cp *ControlPlane) noteSourceRead(r replicator.SourceRead) {
+	b := cp.byp
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	w := b.proxy[r.Topic]
+	if w == nil {
+		return
+	}
+	a := w.part(r.Partition)
+	if r.End <= a.judged || (a.start >= 0 && r.End <= a.start) {
+		return // judged already (a retried copy reads again), or from before the watch
+	}
+	if n := len(a.pending); n > 0 {
+		last := &a.pending[n-1]
+		if last.pid == r.ProducerID && last.end == r.BaseOffset && r.Seen.Sub(last.at) < time.Second {
+			last.end = r.End // one producer's run of batches: one entry
+			return
+		}
+	}
+	if len(a.pending) >= maxPendingReads {
+		// Not judged: incomplete for its while rather than a guess.
+		drop := a.pending[0]
+		a.pending = a.pending[1:]
+		a.judged = max(a.judged, drop.end)
+		cp.bypassMetrics.unknown.WithLabelValues(r.Topic).Add(float64(drop.end - drop.start))
+	}
+	// The grace counts from when the batch was known to be in S (an agent
+	// was answered about then), not from when the copy got to it.
+	a.pending = append(a.pending, sourceRead{start: r.BaseOffset, end: r.End, pid: r.ProducerID, after: r.After, at: r.Seen})
+}
+
+// noteWrites takes an agent's heartbeat report of what it wrote: its acked
+// ranges, and its spans of unknown offsets moved to the control plane's
+// clock (by the heartbeat's send time) and widened by F on both sides (an
+// acks=0 write is appended up to F after it was sent).
+func (cp *ControlPlane) noteWrites(now time.Time, sentAt time.Time, topics []*batonv1.TopicDrain) {
+	skew := time.Duration(0)
+	if !sentAt.IsZero() {
+		skew = now.Sub(sentAt)
+	}
+	f := cp.cfg.forward
+	b := cp.byp
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, d := range topics {
+		w := b.proxy[d.GetTopic()]
+		if w == nil {
+			continue
+		}
+		for _, pw := range d.GetWrites() {
+			a := w.part(pw.GetPartition())
+			for _, r := range pw.GetAcked() {
+				if r.GetEnd() > a.judged {
+					a.acked.Add(max(r.GetStart(), a.judged), r.GetEnd())
+				}
+			}
+			if a.acked.Len() > maxAckedRanges {
+				a.acked.DropLowest(maxAckedRanges)
+				a.addUnknown(timeSpan{now.Add(-cp.bypassGrace() - f), now.Add(f)})
+			}
+			if pw.GetUnknownFrom() != nil {
+				a.addUnknown(timeSpan{pw.GetUnknownFrom().AsTime().Add(skew - f), pw.GetUnknownUntil().AsTime().Add(skew + f)})
+			}
+		}
+	}
+}
+
+func (a *attribution) addUnknown(s timeSpan) {
+	for i := range a.unknown {
+		u := &a.unknown[i]
+		if !s.from.After(u.until) && !s.until.Before(u.from) {
+			u.from, u.until = minTime(u.from, s.from), maxTime(u.until, s.until)
+			return
+		}
+	}
+	a.unknown = append(a.unknown, s)
+	if len(a.unknown) > maxUnknownSpans {
+		// Merge the two oldest: wider, never narrower.
+		a.unknown[1].from = minTime(a.unknown[0].from, a.unknown[1].from)
+		a.unknown = a.unknown[1:]
+	}
+}
+
+// incomplete says whether a batch appended between after and at may be an
+// agent's write whose offsets nobody learned.
+func (a *attribution) incomplete(after, at time.Time) bool {
+	for _, u := range a.unknown {
+		if !u.from.After(at) && (after.IsZero() || !u.until.Before(after)) {
+			return true
+		}
+	}
+	return false
+}
+
+func (cp *ControlPlane) bypassGrace() time.Duration {
+	if cp.cfg.bypassGrace > 0 {
+		return cp.cfg.bypassGrace
+	}
+	return cp.cfg.lease
+}
+
+// bypassLoop keeps the watches in step with the topics' states, judges
+// what the grace let through, and polls COMPLETE topics' source ends.
+func (cp *ControlPlane) bypassLoop() {
+	tick := min(cp.bypassGrace()/4, 250*time.Millisecond)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-cp.ctx.Done():
+			return
+		case <-t.C:
+		}
+		topics := cp.Topics()
+		cp.syncProxyWatches(topics)
+		cp.judge(cp.now())
+		cp.pollComplete(topics)
+	}
+}
+
+// syncProxyWatches starts a watch for every PROXY or MIGRATING topic (from
+// S's end offsets now: what was written before is not judged) and ends
+// those of other topics.
+func (cp *ControlPlane) syncProxyWatches(topics []Topic) {
+	b := cp.byp
+	want := map[string]bool{}
+	for _, t := range topics {
+		if t.State == migration.Proxy || t.State == migration.Migrating {
+			want[t.Name] = true
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for name := range b.proxy {
+		if !want[name] {
+			delete(b.proxy, name)
+		}
+	}
+	for name := range want {
+		if b.proxy[name] != nil {
+			continue
+		}
+		// Watching before reading the ends: a report of a write above
+		// them that lands meanwhile is kept.
+		w := &proxyWatch{parts: map[int32]*attribution{}}
+		b.proxy[name] = w
+		cp.wg.Add(1)
+		go func() {
+			defer cp.wg.Done()
+			cp.startProxyWatch(name, w)
+		}()
+	}
+}
+
+func (cp *ControlPlane) startProxyWatch(name string, w *proxyWatch) {
+	for cp.ctx.Err() == nil {
+		ctx, cancel := context.WithTimeout(cp.ctx, 10*time.Second)
+		ends, err := cp.cfg.repl.SourceEndOffsets(ctx, name)
+		cancel()
+		if err == nil {
+			b := cp.byp
+			b.mu.Lock()
+			for p, end := range ends {
+				a := w.part(p)
+				a.start, a.judged = end, max(a.judged, end)
+				a.acked.DropBelow(end)
+				a.pending = slices.DeleteFunc(a.pending, func(r sourceRead) bool { return r.end <= end })
+			}
+			w.ready = true
+			b.mu.Unlock()
+			return
+		}
+		cp.log.Debug("bypass detection: reading the source's end offsets", "topic", name, "err", err)
+		select {
+		case <-cp.ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// judge decides every batch read at least the grace ago.
+func (cp *ControlPlane) judge(now time.Time) {
+	grace := cp.bypassGrace()
+	type found struct {
+		topic string
+		info  BypassInfo
+		why   string
+	}
+	var events []found
+	b := cp.byp
+	b.mu.Lock()
+	for topic, w := range b.proxy {
+		if !w.ready {
+			continue
+		}
+		for p, a := range w.parts {
+			if a.start < 0 {
+				continue // a partition added after the watch began
+			}
+			n := 0
+			for ; n < len(a.pending) && !now.Before(a.pending[n].at.Add(grace)); n++ {
+				r := a.pending[n]
+				from := max(r.start, a.judged)
+				if from >= r.end {
+					continue
+				}
+				missing := a.acked.Missing(from, r.end)
+				a.judged = r.end
+				if missing == 0 {
+					continue
+				}
+				if a.incomplete(r.after, r.at) {
+					cp.bypassMetrics.unknown.WithLabelValues(topic).Add(float64(missing))
+					continue
+				}
+				cp.bypassMetrics.unattributed.WithLabelValues(topic).Add(float64(missing))
+				what := fmt.Sprintf("partition %d offset %d: %d records of producer id %d that no agent wrote", p, from, missing, r.pid)
+				b.last[topic] = lastBypass{at: now, what: what}
+				if last, ok := a.evented[r.pid]; ok && now.Sub(last) < DefaultBypassDedupe {
+					continue
+				}
+				a.evented[r.pid] = now
+				events = append(events, found{topic, BypassInfo{Partition: p, Offset: from, Records: missing, ProducerID: r.pid}, what})
+			}
+			a.pending = a.pending[n:]
+			a.acked.DropBelow(a.judged)
+			a.unknown = slices.DeleteFunc(a.unknown, func(u timeSpan) bool { return now.Sub(u.until) > DefaultBypassDedupe })
+			maps.DeleteFunc(a.evented, func(_ int64, at time.Time) bool { return now.Sub(at) >= DefaultBypassDedupe })
+		}
+	}
+	b.mu.Unlock()
+	for _, e := range events {
+		info := e.info
+		reason := e.why + ": a producer writes the source around the agents and would be forgotten at the cutover " +
+			"(nobody copies the source after it). Find it by its producer id (kafka-producers --describe, or the " +
+			"broker's request log) and point it at its Baton agent before migrating"
+		cp.log.Warn("forgotten producer: "+e.why, "topic", e.topic, "partition", info.Partition, "offset", info.Offset,
+			"producer_id", info.ProducerID, "records", info.Records,
+			"what_to_do", "find the producer by its id and point it at its Baton agent before migrating")
+		cp.event(cp.ctx, Event{Topic: e.topic, Kind: EventForgottenProducer, Actor: ActorControlPlane, Reason: reason, Bypass: &info})
+	}
+}
+
+// pollComplete reads S.T's end offsets every poll for topics COMPLETE for
+// less than the watch, and raises growth. A restarted control plane starts
+// again from the ends it reads then, until the stored COMPLETE time plus
+// the watch.
+func (cp *ControlPlane) pollComplete(topics []Topic) {
+	if cp.cfg.bypassWatch <= 0 {
+		return
+	}
+	now := cp.now()
+	b := cp.byp
+	live := map[string]bool{}
+	for _, t := range topics {
+		if t.State != migration.Complete {
+			continue
+		}
+		at := t.CompletedAt
+		if at.IsZero() {
+			at = t.UpdatedAt // completed before CompletedAt was stored
+		}
+		if now.Sub(at) >= cp.cfg.bypassWatch {
+			continue
+		}
+		live[t.Name] = true
+		b.mu.Lock()
+		w := b.complete[t.Name]
+		if w == nil {
+			w = &completeWatch{}
+			b.complete[t.Name] = w
+		}
+		due := !now.Before(w.nextPoll)
+		b.mu.Unlock()
+		if !due {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(cp.ctx, cp.cfg.bypassPoll)
+		ends, err := cp.cfg.repl.SourceEndOffsets(ctx, t.Name)
+		cancel()
+		b.mu.Lock()
+		w.nextPoll = now.Add(cp.cfg.bypassPoll)
+		if err != nil {
+			b.mu.Unlock()
+			cp.log.Debug("watching the source after COMPLETE: reading end offsets", "topic", t.Name, "err", err)
+			continue
+		}
+		if w.ends == nil {
+			w.ends = ends
+			b.mu.Unlock()
+			continue
+		}
+		grown := map[int32]int64{}
+		var total int64
+		for p, end := range ends {
+			if d := end - w.ends[p]; d > 0 {
+				grown[p] = d
+				total += d
+			}
+		}
+		w.ends = ends
+		if total == 0 {
+			if w.inEpisode && now.Sub(w.lastGrown) >= bypassEpisodeQuiet {
+				w.inEpisode = false
+			}
+			b.mu.Unlock()
+			continue
+		}
+		cp.bypassMetrics.afterComplete.WithLabelValues(t.Name).Add(float64(total))
+		w.lastGrown = now
+		first := !w.inEpisode
+		w.inEpisode = true
+		b.mu.Unlock()
+		if !first {
+			continue
+		}
+		parts := make([]string, 0, len(grown))
+		for _, p := range slices.Sorted(maps.Keys(grown)) {
+			parts = append(parts, fmt.Sprintf("%d: %d", p, grown[p]))
+		}
+		what := fmt.Sprintf("%d records written to the source after COMPLETE (partition: records %s)", total, strings.Join(parts, ", "))
+		cp.log.Warn("source written after COMPLETE: "+what, "topic", t.Name,
+			"what_to_do", "a producer still writes the source around the agents and nobody copies it: find it (the source's "+
+				"DescribeProducers for the partitions named, or the broker's request log), point it at its Baton agent, and copy "+
+				"or replay what it wrote to the destination")
+		cp.event(cp.ctx, Event{Topic: t.Name, Kind: EventSourceWrittenAfterComplete, Actor: ActorControlPlane, Reason: what,
+			Bypass: &BypassInfo{Grown: grown, Records: total}})
+	}
+	b.mu.Lock()
+	for name := range b.complete {
+		if !live[name] {
+			delete(b.complete, name)
+		}
+	}
+	b.mu.Unlock()
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}

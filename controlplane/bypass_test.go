@@ -1,0 +1,276 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/baton-kafka/baton/agent"
+	"github.com/baton-kafka/baton/internal/wait"
+	"github.com/baton-kafka/baton/migration"
+	"github.com/baton-kafka/baton/xds"
+)
+
+// startRealAgent runs an agent (the real data path) against k's clusters,
+// taking its routes and lease from the control plane at addr.
+func startRealAgent(t *testing.T, ctx context.Context, k *kafkaEnv, addr, id string) *agent.Agent {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	a, err := agent.New(agent.Listen("127.0.0.1:0"), agent.Source(k.src.Addrs()...), agent.Destination(k.dst.Addrs()...),
+		agent.Logger(quiet), agent.ControlPlane(conn, xds.NodeMeta(id, "team-a", "app")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a.Run(actx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-a.Ready():
+	case <-done:
+		t.Fatal("agent stopped before serving")
+	case <-ctx.Done():
+		t.Fatal("agent not serving")
+	}
+	return a
+}
+
+func producerTo(t *testing.T, addr string, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addr)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// waitWatching waits until bypass detection watches topic from S's end
+// offsets: writes before that are not judged.
+func waitWatching(t *testing.T, p *plane, topic string) {
+	t.Helper()
+	wait.For(t, 20*time.Second, "bypass detection watches "+topic, func() string {
+		p.cp.byp.mu.Lock()
+		defer p.cp.byp.mu.Unlock()
+		if w := p.cp.byp.proxy[topic]; w != nil && w.ready {
+			return ""
+		}
+		return "not yet"
+	})
+}
+
+// waitJudged waits until every record of topic in S has been judged.
+func waitJudged(t *testing.T, ctx context.Context, k *kafkaEnv, p *plane, topic string) {
+	t.Helper()
+	ends, err := k.repl.SourceEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, 30*time.Second, "every record of "+topic+" judged", func() string {
+		p.cp.byp.mu.Lock()
+		defer p.cp.byp.mu.Unlock()
+		w := p.cp.byp.proxy[topic]
+		if w == nil {
+			return "no watch"
+		}
+		for part, end := range ends {
+			a := w.parts[part]
+			if end == 0 {
+				continue
+			}
+			if a == nil || a.judged < end || len(a.pending) > 0 {
+				return fmt.Sprintf("partition %d: judged below %v of %d", part, a, end)
+			}
+		}
+		return ""
+	})
+}
+
+func bypassEvents(t *testing.T, ctx context.Context, p *plane, topic, kind string) []Event {
+	t.Helper()
+	evs, err := p.cp.Events(ctx, topic, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []Event
+	for _, e := range evs {
+		if e.Kind == kind {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// TestForgottenProducer: with the defaults' grace (the lease), a producer
+// writing a PROXY topic's source directly is reported within 10 s of its
+// write, once per producer id and partition; producers through the agent,
+// acks=all or acks=0, never are.
+func TestForgottenProducer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts kfake clusters and embedded etcd")
+	}
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	k := startKafka(t, ctx)
+	reg := prometheus.NewRegistry()
+	// The default lease and F: the grace is the default one.
+	p := startPlane(t, ctx, t.TempDir(), "", k, LeaseDuration(migration.DefaultLease), ForwardDeadline(migration.DefaultForwardDeadline), Registry(reg))
+	a := startRealAgent(t, ctx, k, p.addr, "pod-1")
+	for _, topic := range []string{"through", "noack", "direct"} {
+		k.produce(t, ctx, topic, 1) // create it (before the watch: not judged)
+		if _, err := p.cp.AddTopic(ctx, TopicSpec{Name: topic, State: migration.Proxy}, "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, topic := range []string{"through", "noack", "direct"} {
+		waitWatching(t, p, topic)
+	}
+
+	acksAll := producerTo(t, a.Addr(), kgo.DefaultProduceTopic("through"))
+	acks0 := producerTo(t, a.Addr(), kgo.DefaultProduceTopic("noack"), kgo.RequiredAcks(kgo.NoAck()), kgo.DisableIdempotentWrite())
+	direct := producerTo(t, strings.Join(k.src.Addrs(), ","), kgo.DefaultProduceTopic("direct"))
+
+	for i := range 50 {
+		if err := acksAll.ProduceSync(ctx, &kgo.Record{Value: fmt.Appendf(nil, "a%d", i)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		if err := acks0.ProduceSync(ctx, &kgo.Record{Value: fmt.Appendf(nil, "z%d", i)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wrote := time.Now()
+	rs := direct.ProduceSync(ctx, &kgo.Record{Value: []byte("around the agent")}, &kgo.Record{Value: []byte("again")})
+	if err := rs.FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	pid := rs[0].Record.ProducerID
+
+	var ev Event
+	wait.For(t, 30*time.Second, "a forgotten_producer event for the direct write", func() string {
+		evs := bypassEvents(t, ctx, p, "direct", EventForgottenProducer)
+		if len(evs) == 0 {
+			return "none yet"
+		}
+		ev = evs[0]
+		return ""
+	})
+	took := ev.Time.Sub(wrote)
+	t.Logf("the direct write was reported %v after it was made", took.Round(time.Millisecond))
+	if took > 10*time.Second {
+		t.Errorf("the bypass was reported %v after the write, want within 10 s", took)
+	}
+	if ev.Bypass == nil || ev.Bypass.ProducerID != pid || ev.Bypass.Partition != rs[0].Record.Partition {
+		t.Errorf("event %+v: want producer id %d, partition %d", ev.Bypass, pid, rs[0].Record.Partition)
+	}
+	if _, what, ok := p.cp.LastBypass("direct"); !ok || !strings.Contains(what, fmt.Sprint(pid)) {
+		t.Errorf("LastBypass(direct) = %q, %v: want the producer id %d", what, ok, pid)
+	}
+	if got := counterValue(t, p.cp.bypassMetrics.unattributed.WithLabelValues("direct")); got != 2 {
+		t.Errorf("unattributed records of direct: %v, want 2", got)
+	}
+
+	// A second write of the same producer id and partition: counted, no
+	// second event.
+	direct.ProduceSync(ctx, &kgo.Record{Value: []byte("once more"), Partition: rs[0].Record.Partition})
+	waitJudged(t, ctx, k, p, "direct")
+	if n := len(bypassEvents(t, ctx, p, "direct", EventForgottenProducer)); n != 1 {
+		t.Errorf("%d forgotten_producer events for one producer and partition, want 1 (deduplicated)", n)
+	}
+
+	for _, topic := range []string{"through", "noack"} {
+		waitJudged(t, ctx, k, p, topic)
+		if evs := bypassEvents(t, ctx, p, topic, EventForgottenProducer); len(evs) > 0 {
+			t.Errorf("%s, written through the agent, reported as a bypass: %+v", topic, evs[0])
+		}
+		if _, what, ok := p.cp.LastBypass(topic); ok {
+			t.Errorf("LastBypass(%s) = %q, want none", topic, what)
+		}
+	}
+	if got := counterValue(t, p.cp.bypassMetrics.unknown.WithLabelValues("noack")); got == 0 {
+		t.Errorf("acks=0 through the agent: no record counted unattributable: the incomplete span was not used")
+	}
+
+	// The cutover gate: a topic a forgotten producer wrote within the
+	// window is not migrated, and the refusal names the gate and the
+	// producer.
+	_, err := p.cp.Migrate(ctx, "direct", "test")
+	if !errors.Is(err, ErrGateRefused) || !strings.Contains(err.Error(), "gate forgotten-producer") || !strings.Contains(err.Error(), fmt.Sprint(pid)) {
+		t.Errorf("migrate of a topic a forgotten producer wrote: %v; want the forgotten-producer gate to refuse, naming producer id %d", err, pid)
+	}
+}
+
+// TestSourceWrittenAfterComplete: a write to the source after COMPLETE
+// raises the alert, once per growth episode, and again after a control
+// plane restart (the watch starts over from the stored COMPLETE time).
+func TestSourceWrittenAfterComplete(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts kfake clusters and embedded etcd")
+	}
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	k := startKafka(t, ctx)
+	dir := t.TempDir()
+	opts := []Opt{BypassPoll(100 * time.Millisecond), BypassWatch(time.Hour)}
+	p := startPlane(t, ctx, dir, "", k, opts...)
+	ag := startAgent(t, ctx, p.addr, "pod-1")
+	k.produce(t, ctx, "done", 5)
+	addAndMigrate(t, ctx, p, "done", ag)
+	waitState(t, ctx, p, "done", migration.Complete)
+
+	watched := func(p *plane) func() string {
+		return func() string {
+			p.cp.byp.mu.Lock()
+			defer p.cp.byp.mu.Unlock()
+			if w := p.cp.byp.complete["done"]; w != nil && w.ends != nil {
+				return ""
+			}
+			return "no baseline yet"
+		}
+	}
+	wait.For(t, 20*time.Second, "the source of done watched after COMPLETE", watched(p))
+	k.produce(t, ctx, "done", 3)
+	wait.For(t, 20*time.Second, "source_written_after_complete", func() string {
+		if evs := bypassEvents(t, ctx, p, "done", EventSourceWrittenAfterComplete); len(evs) == 1 {
+			if evs[0].Bypass == nil || evs[0].Bypass.Records != 3 {
+				t.Fatalf("event %+v: want 3 records", evs[0].Bypass)
+			}
+			return ""
+		}
+		return "none yet"
+	})
+
+	p.stop()
+	p = startPlane(t, ctx, dir, "", k, opts...)
+	wait.For(t, 20*time.Second, "the source of done watched after a restart", watched(p))
+	k.produce(t, ctx, "done", 2)
+	wait.For(t, 20*time.Second, "a second source_written_after_complete after the restart", func() string {
+		if evs := bypassEvents(t, ctx, p, "done", EventSourceWrittenAfterComplete); len(evs) == 2 {
+			return ""
+		}
+		return "not yet"
+	})
+}
+
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}

@@ -1,0 +1,193 @@
+package controlplane
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/migration"
+)
+
+// Latency emulation's push (docs/design.md §12): every LatencyRefresh tick
+// the control plane reads the replicator's destination latency of each
+// PROXY topic with latency emulation on, and puts it in the topic's
+// TopicRoute (destination_latency) when it changed materially: p50 or p99
+// by more than LatencyChange from what agents have, or what they have is
+// older than LatencyMaxAge.
+//
+// A profile is a measurement, not config: it is pushed at the current
+// config version, not a new one, and not stored. A new version would make
+// every agent apply it before its next lease renewal (leases are granted
+// only at the current version, §5) and would bump the version a cutover
+// waits for; at the same version a lease and a cutover never see it. Delta
+// xDS sends the changed routes anyway (a resource's version carries a hash
+// of its bytes); a state-of-the-world agent, which is sent responses only
+// at new versions, gets the profile with the next config change. After a
+// restart profiles are measured again within a tick.
+//
+// Why these thresholds: the replicator's quantiles are read to a bucket of
+// 9 %, and a 1-minute window moves by a few percent from one tick to the
+// next with no change on the destination; a producer cannot tell 10 %
+// apart either. Pushing only beyond that keeps the xDS stream quiet while
+// the destination is steady, and a tick of 5 s brings a real change to
+// agents within seconds. The max age re-pushes a steady profile once a
+// minute, so measured_at tells an operator (and agents) the profile is
+// live, at one route update per topic and minute. All changes of a tick go
+// out in one update.
+const (
+	DefaultLatencyRefresh = 5 * time.Second
+	// LatencyChange is the relative change of p50 or p99 that is pushed.
+	LatencyChange = 0.10
+	// LatencyMaxAge is how old a pushed profile gets before it is pushed
+	// again unchanged.
+	LatencyMaxAge = time.Minute
+)
+
+// LatencyRefresh sets how often destination latencies are read and pushed
+// (default DefaultLatencyRefresh, 5 s).
+func LatencyRefresh(d time.Duration) Opt { return optFunc(func(c *config) { c.latencyRefresh = d }) }
+
+// pushedLatency is a profile as agents were sent it.
+type pushedLatency struct {
+	P50, P99 time.Duration
+	Samples  int
+	At       time.Time
+}
+
+// DestinationLatency is a topic's destination latency profile as agents
+// were last sent it (TopicStatus).
+type DestinationLatency struct {
+	P50        time.Duration `json:"p50"`
+	P99        time.Duration `json:"p99"`
+	Samples    int           `json:"samples"`
+	MeasuredAt time.Time     `json:"measuredAt"`
+}
+
+// latencyLoop pushes destination latencies until the control plane closes.
+func (cp *ControlPlane) latencyLoop(src LatencySource) {
+	t := time.NewTicker(cp.cfg.latencyRefresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-cp.ctx.Done():
+			return
+		case <-t.C:
+			cp.refreshLatency(src)
+		}
+	}
+}
+
+// refreshLatency reads every emulated PROXY topic's latency and publishes,
+// at the current version, the ones that changed materially.
+func (cp *ControlPlane) refreshLatency(src LatencySource) {
+	now := cp.now()
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	changed := false
+	for name := range cp.latency {
+		if _, ok := cp.topics[name]; !ok {
+			delete(cp.latency, name) // removed: nothing renders it
+		}
+	}
+	for name, t := range cp.topics {
+		if t.State != migration.Proxy || !t.Shadow.LatencyEmulation {
+			continue
+		}
+		m, ok := src.DestinationLatency(name)
+		if !ok {
+			continue // nothing copied lately: the last profile still holds
+		}
+		last, had := cp.latency[name]
+		if had && !materially(last, m.P50, m.P99) && now.Sub(last.At) < LatencyMaxAge {
+			continue
+		}
+		cp.latency[name] = pushedLatency{P50: m.P50, P99: m.P99, Samples: m.Samples, At: now}
+		changed = true
+	}
+	if changed {
+		cp.publishLocked()
+	}
+}
+
+// materially reports whether p50 or p99 moved by more than LatencyChange
+// from what was pushed.
+func materially(last pushedLatency, p50, p99 time.Duration) bool {
+	moved := func(old, cur time.Duration) bool {
+		if old <= 0 {
+			return cur > 0
+		}
+		d := float64(cur-old) / float64(old)
+		return d > LatencyChange || d < -LatencyChange
+	}
+	return moved(last.P50, p50) || moved(last.P99, p99)
+}
+
+// latencyProfile is what topic t's route carries: a profile only in PROXY
+// with latency emulation on. cp.mu is held.
+func (cp *ControlPlane) latencyProfileLocked(t *Topic) *batonv1.LatencyProfile {
+	if t.State != migration.Proxy || !t.Shadow.LatencyEmulation {
+		return nil
+	}
+	l, ok := cp.latency[t.Name]
+	if !ok {
+		return nil
+	}
+	return &batonv1.LatencyProfile{P50: durationpb.New(l.P50), P99: durationpb.New(l.P99), MeasuredAt: timestamppb.New(l.At)}
+}
+
+// destinationLatency is what TopicStatus shows of topic's pushed profile.
+func (cp *ControlPlane) destinationLatency(name string) *DestinationLatency {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	t, ok := cp.topics[name]
+	if !ok || cp.latencyProfileLocked(t) == nil {
+		return nil
+	}
+	l := cp.latency[name]
+	return &DestinationLatency{P50: l.P50, P99: l.P99, Samples: l.Samples, MeasuredAt: l.At}
+}
+
+// ShadowChange switches shadow features of a topic; nil fields stay.
+type ShadowChange struct {
+	LatencyEmulation *bool `json:"latencyEmulation,omitempty"`
+}
+
+// SetShadow switches a REJECT or PROXY topic's shadow features, at a new
+// config version (a switch is config: agents apply it before their next
+// lease renewal, as any route change). Refused while a cutover runs and
+// after it: shadow features act in REJECT and PROXY only.
+func (cp *ControlPlane) SetShadow(ctx context.Context, name string, ch ShadowChange, actor string) (Topic, error) {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	t, ok := cp.topics[name]
+	if !ok {
+		return Topic{}, fmt.Errorf("%w: %s", ErrUnknownTopic, name)
+	}
+	if t.State != migration.Reject && t.State != migration.Proxy {
+		return Topic{}, fmt.Errorf("%w: %s is %s: shadow features are switched in REJECT and PROXY only", ErrIllegalTransition, name, t.State)
+	}
+	nt := *t
+	if ch.LatencyEmulation != nil {
+		nt.Shadow.LatencyEmulation = *ch.LatencyEmulation
+	}
+	if nt.Shadow == t.Shadow {
+		return nt, nil // nothing to change: no new version
+	}
+	if err := cp.commitLocked(ctx, nt, false); err != nil {
+		return Topic{}, err
+	}
+	cp.event(ctx, Event{Topic: name, Kind: EventShadowChanged, Actor: actor, Version: cp.version,
+		Reason: fmt.Sprintf("latency emulation %s", onOff(nt.Shadow.LatencyEmulation))})
+	return *cp.topics[name], nil
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
