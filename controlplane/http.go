@@ -24,7 +24,7 @@ import (
 //	POST   /v1/topics/{name}/migrate      start a cutover   {"actor"}
 //	POST   /v1/topics/{name}/abort        abort a cutover   {"actor","reason"}
 //	POST   /v1/topics/{name}/state        REJECT <-> PROXY  {"actor","state"}
-//	POST   /v1/topics/{name}/shadow       switch shadow features {"actor","latencyEmulation"}
+//	POST   /v1/topics/{name}/shadow       switch shadow features {"actor","latencyEmulation","authCheck","authEnforce"}
 //	DELETE /v1/topics/{name}              stop managing
 //	GET    /v1/agents                     agents: lease and xDS state
 //	GET    /v1/events?topic=&after=&follow=1   the audit log (NDJSON when following)

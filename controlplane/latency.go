@@ -154,6 +154,10 @@ func (cp *ControlPlane) destinationLatency(name string) *DestinationLatency {
 // ShadowChange switches shadow features of a topic; nil fields stay.
 type ShadowChange struct {
 	LatencyEmulation *bool `json:"latencyEmulation,omitempty"`
+	// AuthCheck and AuthEnforce: the auth check (filter/authcheck);
+	// turning AuthCheck off is how a topic's false reports are silenced.
+	AuthCheck   *bool `json:"authCheck,omitempty"`
+	AuthEnforce *bool `json:"authEnforce,omitempty"`
 }
 
 // SetShadow switches a REJECT or PROXY topic's shadow features, at a new
@@ -174,6 +178,12 @@ func (cp *ControlPlane) SetShadow(ctx context.Context, name string, ch ShadowCha
 	if ch.LatencyEmulation != nil {
 		nt.Shadow.LatencyEmulation = *ch.LatencyEmulation
 	}
+	if ch.AuthCheck != nil {
+		nt.Shadow.AuthCheck = *ch.AuthCheck
+	}
+	if ch.AuthEnforce != nil {
+		nt.Shadow.AuthEnforce = *ch.AuthEnforce
+	}
 	if nt.Shadow == t.Shadow {
 		return nt, nil // nothing to change: no new version
 	}
@@ -181,7 +191,8 @@ func (cp *ControlPlane) SetShadow(ctx context.Context, name string, ch ShadowCha
 		return Topic{}, err
 	}
 	cp.event(ctx, Event{Topic: name, Kind: EventShadowChanged, Actor: actor, Version: cp.version,
-		Reason: fmt.Sprintf("latency emulation %s", onOff(nt.Shadow.LatencyEmulation))})
+		Reason: fmt.Sprintf("latency emulation %s, auth check %s, auth enforce %s", onOff(nt.Shadow.LatencyEmulation),
+			onOff(nt.Shadow.AuthCheck), onOff(nt.Shadow.AuthEnforce))})
 	return *cp.topics[name], nil
 }
 

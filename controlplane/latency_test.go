@@ -149,6 +149,12 @@ func TestShadowOverHTTP(t *testing.T) {
 			t.Fatalf("switching latency emulation to %v: %+v, %v", on, got.Shadow, err)
 		}
 	}
+	for _, on := range []bool{true, false} {
+		got, err := cl.Shadow(ctx, "t", ShadowChange{AuthCheck: &on, AuthEnforce: &on}, "op")
+		if err != nil || got.Shadow.AuthCheck != on || got.Shadow.AuthEnforce != on {
+			t.Fatalf("switching the auth check and enforce to %v: %+v, %v", on, got.Shadow, err)
+		}
+	}
 	on := true
 	var apiErr *APIError
 	if _, err := cl.Shadow(ctx, "nope", ShadowChange{LatencyEmulation: &on}, "op"); !errors.As(err, &apiErr) || apiErr.Status != 404 {

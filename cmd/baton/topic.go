@@ -50,7 +50,7 @@ func newTopicCmd() *cobra.Command {
 
 	var state, mode, namespaces string
 	var holdMax time.Duration
-	var latencyEmulation bool
+	var latencyEmulation, authCheck, authEnforce bool
 	add := &cobra.Command{
 		Use: "add TOPIC", Short: "Start managing a topic (REJECT or PROXY)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -66,7 +66,8 @@ func newTopicCmd() *cobra.Command {
 				return err
 			}
 			t, err := cl.Add(cmd.Context(), controlplane.TopicSpec{Name: args[0], State: st, Mode: mode, HoldMax: holdMax,
-				Target: xds.Target{Namespaces: splitList(namespaces)}, Shadow: controlplane.Shadow{LatencyEmulation: latencyEmulation}}, actor)
+				Target: xds.Target{Namespaces: splitList(namespaces)}, Shadow: controlplane.Shadow{LatencyEmulation: latencyEmulation,
+					AuthCheck: authCheck || authEnforce, AuthEnforce: authEnforce}}, actor)
 			if err != nil {
 				return err
 			}
@@ -79,23 +80,34 @@ func newTopicCmd() *cobra.Command {
 	add.Flags().StringVar(&namespaces, "namespaces", "", "namespaces that get shadow features (empty: all)")
 	add.Flags().BoolVar(&latencyEmulation, "latency-emulation", false,
 		"in PROXY, hold produce responses until the destination's measured latency has passed (for the namespaces above)")
+	add.Flags().BoolVar(&authCheck, "auth-check", false,
+		"in PROXY, report producers whose principal the destination's ACLs would refuse WRITE after the cutover")
+	add.Flags().BoolVar(&authEnforce, "auth-enforce", false, "and refuse their produce (TOPIC_AUTHORIZATION_FAILED); implies --auth-check")
 
-	var emulation string
+	var emulation, authCheckSw, authEnforceSw string
 	shadow := &cobra.Command{
-		Use: "shadow TOPIC", Short: "Switch a REJECT or PROXY topic's shadow features (latency emulation)", Args: cobra.ExactArgs(1),
+		Use: "shadow TOPIC", Short: "Switch a REJECT or PROXY topic's shadow features (latency emulation, auth check)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
 				return err
 			}
 			var ch controlplane.ShadowChange
-			switch emulation {
-			case "on", "off":
-				on := emulation == "on"
-				ch.LatencyEmulation = &on
-			case "":
-				return fmt.Errorf("--latency-emulation: say on or off")
-			default:
-				return fmt.Errorf("--latency-emulation: %q is not on or off", emulation)
+			for _, sw := range []struct {
+				flag, v string
+				to      **bool
+			}{{"--latency-emulation", emulation, &ch.LatencyEmulation}, {"--auth-check", authCheckSw, &ch.AuthCheck},
+				{"--auth-enforce", authEnforceSw, &ch.AuthEnforce}} {
+				switch sw.v {
+				case "on", "off":
+					on := sw.v == "on"
+					*sw.to = &on
+				case "":
+				default:
+					return fmt.Errorf("%s: %q is not on or off", sw.flag, sw.v)
+				}
+			}
+			if ch == (controlplane.ShadowChange{}) {
+				return fmt.Errorf("--latency-emulation, --auth-check or --auth-enforce: say on or off")
 			}
 			cl, err := api()
 			if err != nil {
@@ -109,6 +121,8 @@ func newTopicCmd() *cobra.Command {
 		},
 	}
 	shadow.Flags().StringVar(&emulation, "latency-emulation", "", "on or off")
+	shadow.Flags().StringVar(&authCheckSw, "auth-check", "", "on or off (off silences a topic's false reports)")
+	shadow.Flags().StringVar(&authEnforceSw, "auth-enforce", "", "on or off")
 
 	list := &cobra.Command{
 		Use: "list", Short: "List managed topics", Args: cobra.NoArgs,
