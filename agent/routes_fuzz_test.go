@@ -92,6 +92,7 @@ func FuzzApplyRoutes(f *testing.F) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		a := &Agent{log: log, routes: NewRouteTable([]Route{{Topic: "before", State: migration.Proxy}}), cp: &cpLink{}}
+		a.writes = newSourceWrites(true, a.routes)
 		a.cp.keeper, err = xds.NewLeaseKeeper(conn, xds.NodeMeta("fuzz", "", ""), a.leaseReport, xds.ClientLogger(log))
 		if err != nil {
 			t.Fatal(err)

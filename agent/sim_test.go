@@ -513,6 +513,7 @@ func (p *simPod) restart(rescheduled bool) {
 	// the agent never advertised) act on the simulation's requests.
 	a.advCache.Store(&advertisedCache{keys: map[int16]versionRange{0: {0, 12}}})
 	a.pidmap = a.newPIDMap()
+	a.writes = newSourceWrites(true, a.routes) // on, as with a control plane
 	conn := &simLeaseConn{p: p, node: node, rng: p.w.rng(uint64(200 + 10*p.epoch + int(p.id>>40)))}
 	keeper, err := xds.NewLeaseKeeper(conn, xds.NodeMeta(node, "ns", "wl"), a.leaseReport,
 		xds.ClientLogger(simQuiet))

@@ -40,6 +40,7 @@ func offlineAgent(t *testing.T) *Agent {
 		DialTimeout: time.Second, ReadTimeout: time.Second, Log: quiet})
 	a.advCache.Store(&advertisedCache{keys: map[int16]versionRange{0: {0, 12}}})
 	a.pidmap = a.newPIDMap()
+	a.writes = newSourceWrites(false, a.routes)
 	return a
 }
 
