@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/baton-kafka/baton/filter"
+	"github.com/baton-kafka/baton/filter/headroom"
 	"github.com/baton-kafka/baton/filter/hold"
 	"github.com/baton-kafka/baton/filter/latency"
 	"github.com/baton-kafka/baton/filter/leasegate"
@@ -28,10 +29,17 @@ import (
 //     other than produce until the agent holds a lease, and refuses them
 //     after the hold max the way the router answers a request the
 //     clusters could not (errorResponse), else by closing the connection;
-//  4. hold, the produce hold: holds a produce while one of its topics is
+//  4. headroom, observing only: per client id and topic of a PROXY topic
+//     with headroom on and a destination latency, whether the producer's
+//     pipeline (its most bytes in flight, from the byte counters) carries
+//     its rate at that latency (Little's law), while records already queue
+//     in the client; a finding when not (headroomTopics). Before the holds
+//     and latency, so on the response side it runs after them: a held or
+//     delayed request counts in flight as the producer sees it;
+//  5. hold, the produce hold: holds a produce while one of its topics is
 //     MIGRATING in hold mode, or bound for the source without a lease, up
 //     to the topic's hold max from arrival (holdTopics);
-//  5. authcheck: for a produce bound for the source of a PROXY topic
+//  6. authcheck: for a produce bound for the source of a PROXY topic
 //     with the auth check on, whether the principal the destination will
 //     see after the cutover may WRITE the topic there, from a cache of the
 //     destination's ACLs (never a round trip); a finding when not, and
@@ -39,7 +47,7 @@ import (
 //     After hold, so it sees the route the produce is sent by, not one
 //     from before a wait; before route, which counts in flight only what
 //     it sends and sends no part already answered;
-//  6. latency, on the response side only: holds the response of a produce
+//  7. latency, on the response side only: holds the response of a produce
 //     forwarded to the source of a PROXY topic with latency emulation on
 //     until the destination's measured latency has passed since the
 //     request arrived (emulateTopics). After the holds, so their waits
@@ -47,15 +55,15 @@ import (
 //     it runs after route and pidmap (a partition's pins and gaps are
 //     settled before it holds the answer) and before the listener's
 //     filters (a metrics filter counts the latency the client saw);
-//  7. route: where each partition of a produce goes, looked up after the
+//  8. route: where each partition of a produce goes, looked up after the
 //     hold (source under a lease and counted in flight, destination, or
 //     answered retriable), and the connection's partition order (a
 //     partition's next request follows its outstanding ones; none overtakes
 //     a failed batch's resend);
-//  8. pidmap: destination producer ids and sequences for idempotent batches
+//  9. pidmap: destination producer ids and sequences for idempotent batches
 //     routed to the destination, and answers for retries of batches the
 //     source already holds;
-//  9. the router, the chain's Handler: it answers what the agent owns and
+//  10. the router, the chain's Handler: it answers what the agent owns and
 //     forwards the rest; a produce's partitions go where route and pidmap
 //     planned, to each partition's leader.
 func (a *Agent) chain() []filter.Factory {
@@ -66,11 +74,50 @@ func (a *Agent) chain() []filter.Factory {
 	if a.cp != nil {
 		fs = append(fs, a.leaseGate())
 	}
-	fs = append(fs, a.produceHold())
+	fs = append(fs, a.headroomCheck(), a.produceHold())
 	if a.authCheck != nil { // nil only in tests that build an Agent by hand
 		fs = append(fs, a.authCheck)
 	}
 	return append(fs, a.latencyEmulation(), a.produceRoute(), a.pidmap)
+}
+
+// headroomCheck is the agent's headroom filter: its routes' switches and
+// destination latency, its byte counters' in-flight bytes, and its
+// findings.
+func (a *Agent) headroomCheck() filter.Factory {
+	f, err := headroom.New(headroom.Config{
+		Topics: headroomTopics{a.routes},
+		Report: func(w headroom.Warning) {
+			a.metrics.headroom.WithLabelValues(w.Topic, w.ClientID).Inc()
+			if a.findings != nil { // nil only in tests that build an Agent by hand
+				a.findings.open(FindingHeadroom, w.Topic, "", w.ClientID, w.String())
+			}
+		},
+		InFlight: func(c filter.ConnInfo) (int64, bool) {
+			st, ok := a.ConnStat(c.ID)
+			return int64(st.Stats.InFlight), ok
+		},
+	})
+	if err != nil {
+		panic(err) // Topics and Report are always set: a bug here, not a config error
+	}
+	return f
+}
+
+// headroomTopics is what the headroom filter asks the agent: a topic's
+// producers are judged while it is in PROXY with headroom on and a
+// measured destination latency (its p50).
+type headroomTopics struct{ t *RouteTable }
+
+var _ headroom.Topics = headroomTopics{}
+
+// Destination implements headroom.Topics.
+func (h headroomTopics) Destination(topic string) (time.Duration, bool) {
+	r := h.t.Lookup(topic)
+	if r.State != migration.Proxy || !r.Headroom || r.Latency == nil || r.Latency.P50 <= 0 {
+		return 0, false
+	}
+	return r.Latency.P50, true
 }
 
 // latencyEmulation is the agent's latency filter on its route table.

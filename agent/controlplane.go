@@ -77,6 +77,7 @@ func (a *Agent) applyRoutes(version uint64, trs []*batonv1.TopicRoute) error {
 		}
 		r.AuthEnforce = tr.GetShadow().GetAuthEnforce()
 		r.AuthCheck = tr.GetShadow().GetAuthCheck() || r.AuthEnforce
+		r.Headroom = tr.GetShadow().GetHeadroom()
 		if r.copied, err = copiedBatches(tr.GetTopic(), tr.GetSourceBatches()); err != nil {
 			return fmt.Errorf("topic %q: %w", tr.GetTopic(), err)
 		}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/xds"
 )
 
@@ -19,11 +20,10 @@ import (
 // plane, which records an event when one opens; a finding closes when its
 // check says it is resolved, or when no request met it for findingTTL.
 
-// Finding kinds the agent reports.
+// Finding kinds the agent reports (see package migration).
 const (
-	// FindingAuthMissing: the destination's ACLs would refuse a principal
-	// that writes the topic now (filter/authcheck).
-	FindingAuthMissing = "auth_missing"
+	FindingAuthMissing = migration.FindingAuthMissing
+	FindingHeadroom    = migration.FindingHeadroom
 )
 
 // findingTTL is how long an open finding lasts after a request last met

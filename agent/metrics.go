@@ -20,6 +20,7 @@ type metrics struct {
 	upstreamErrors  *prometheus.CounterVec
 	producePartns   *prometheus.CounterVec
 	emulated        prometheus.Histogram
+	headroom        *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -52,8 +53,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Delay added to produce responses to emulate the destination's latency in PROXY (filter/latency).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
 		}),
+		headroom: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "baton_agent_headroom_warnings_total",
+			Help: "Windows in which a producer fell short of its rate at the destination's latency (filter/headroom), by topic and client id.",
+		}, []string{"topic", "client_id"}),
 	}
-	reg.MustRegister(m.conns, m.badFrames, m.tlsFailures, m.held, m.upstreamLatency, m.upstreamErrors, m.producePartns, m.emulated)
+	reg.MustRegister(m.conns, m.badFrames, m.tlsFailures, m.held, m.upstreamLatency, m.upstreamErrors, m.producePartns, m.emulated, m.headroom)
 	return m
 }
 

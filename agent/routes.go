@@ -44,6 +44,10 @@ type Route struct {
 	// principal against the destination's ACLs, and refuse what they
 	// would refuse.
 	AuthCheck, AuthEnforce bool
+	// Headroom is the route's headroom switch (ShadowFeatures,
+	// filter/headroom): in PROXY, with a latency profile, warn of
+	// producers that will not sustain their rate at it.
+	Headroom bool
 }
 
 // Target is where writes for the route go: nowhere while MIGRATING (held

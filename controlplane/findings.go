@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/xds"
 )
 
@@ -23,11 +24,10 @@ import (
 // restarted control plane knows them again within one heartbeat interval
 // (lease/3) of each agent, and records each one's event again then.
 
-// Finding kinds.
+// Finding kinds (see package migration).
 const (
-	// FindingAuthMissing: the principal the destination will see after the
-	// cutover may not WRITE the topic there (filter/authcheck).
-	FindingAuthMissing = "auth_missing"
+	FindingAuthMissing = migration.FindingAuthMissing
+	FindingHeadroom    = migration.FindingHeadroom
 )
 
 // Finding is one open finding, merged over the agents that report it.

@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
+	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/migration"
 )
 
@@ -159,5 +161,72 @@ func TestParseForce(t *testing.T) {
 		if err != nil || !slices.Equal(got, tc.want) {
 			t.Errorf("ParseForce(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
 		}
+	}
+}
+
+// TestGatesRefuseOpenFindings: an open headroom warning and a principal
+// without WRITE on the destination each refuse a topic's cutover, the
+// refusal naming the gate, the producer and what to do; a finding on
+// another topic refuses nothing; and the refusal is in the event log.
+func TestGatesRefuseOpenFindings(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cp, err := New(ctx, WithStore(NewMemStore()), WithReplication(idleReplication{}), Logger(quiet),
+		Clusters(&batonv1.Cluster{Name: "source"}, &batonv1.Cluster{Name: "destination"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, topic := range []string{"t", "other"} {
+		if _, err := cp.AddTopic(ctx, TopicSpec{Name: topic, State: migration.Proxy}, "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := timestamppb.Now()
+	beat := func(fs ...*batonv1.Finding) {
+		t.Helper()
+		if _, err := cp.Heartbeat(ctx, &batonv1.HeartbeatRequest{NodeId: "a1", AckedVersion: cp.Version(), Findings: fs}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gatesOf := func(topic string) []Gate {
+		var gs []Gate
+		for _, r := range cp.checkGates(topic) {
+			gs = append(gs, r.gate)
+		}
+		return gs
+	}
+	if gs := gatesOf("t"); len(gs) != 0 {
+		t.Fatalf("no findings yet, gates %v refuse", gs)
+	}
+	headroomFinding := &batonv1.Finding{Kind: FindingHeadroom, Topic: "t", ClientId: "slow-app",
+		Detail: "raise max.in.flight.requests.per.connection", FirstSeen: seen, LastSeen: seen}
+	authFinding := &batonv1.Finding{Kind: FindingAuthMissing, Topic: "t", Principal: "User:bob",
+		Detail: "add ALLOW User:bob WRITE on TOPIC t", FirstSeen: seen, LastSeen: seen}
+	beat(headroomFinding, &batonv1.Finding{Kind: FindingAuthMissing, Topic: "other", Principal: "User:eve",
+		Detail: "add ALLOW User:eve WRITE on TOPIC other", FirstSeen: seen, LastSeen: seen})
+	if gs := gatesOf("t"); !slices.Equal(gs, []Gate{GateHeadroom}) {
+		t.Errorf("a headroom warning open for t: gates %v refuse, want [headroom]", gs)
+	}
+	beat(headroomFinding, authFinding)
+	if gs := gatesOf("t"); !slices.Equal(gs, []Gate{GateHeadroom, GateDestinationAuth}) {
+		t.Errorf("headroom and auth findings open for t: gates %v refuse, want [headroom destination-auth]", gs)
+	}
+
+	_, err = cp.Migrate(ctx, "t", "test")
+	if !errors.Is(err, ErrGateRefused) {
+		t.Fatalf("migrate with findings open: %v, want ErrGateRefused", err)
+	}
+	for _, want := range []string{"gate headroom: 1 open headroom warning", "client slow-app", "raise max.in.flight",
+		"gate destination-auth: 1 principal without WRITE", "User:bob", "add ALLOW User:bob", "--force=time-lag,headroom,destination-auth"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("refusal %q does not say %q", err, want)
+		}
+	}
+	evs, err := cp.Events(ctx, "t", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := slices.IndexFunc(evs, func(e Event) bool { return e.Kind == EventGateRefused }); i < 0 || !strings.Contains(evs[i].Reason, "gate headroom") {
+		t.Errorf("no gate_refused event naming the headroom gate in %+v", evs)
 	}
 }

@@ -137,7 +137,47 @@ func (cp *ControlPlane) gates() []gateCheck {
 				cp.now().Sub(at).Round(time.Second), w, what)
 		}})
 	}
+	gs = append(gs,
+		gateCheck{GateHeadroom, func(topic string) string {
+			return findingsText(cp.OpenFindings(topic, FindingHeadroom, 0), "open headroom warning",
+				"raise the setting named on each producer (or resize the destination) and let the warning close")
+		}},
+		gateCheck{GateDestinationAuth, func(topic string) string {
+			return findingsText(cp.OpenFindings(topic, FindingAuthMissing, 0), "principal without WRITE on the destination topic",
+				"add the ACL named on the destination, or the producer is refused after the cutover")
+		}})
 	return gs
+}
+
+// findingsText says why a gate refuses for open findings fs, "" if none:
+// how many, the first few in full, and what to do.
+func findingsText(fs []Finding, what, todo string) string {
+	if len(fs) == 0 {
+		return ""
+	}
+	const shown = 3
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d %s", len(fs), what)
+	if len(fs) > 1 {
+		b.WriteString("s")
+	}
+	b.WriteString(" (")
+	for i, f := range fs[:min(len(fs), shown)] {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		who := f.Principal
+		if who == "" {
+			who = "client " + f.ClientID
+		}
+		fmt.Fprintf(&b, "%s, last seen %s: %s", who, f.LastSeen.UTC().Format(time.RFC3339), f.Detail)
+	}
+	if len(fs) > shown {
+		fmt.Fprintf(&b, "; and %d more: baton topic status", len(fs)-shown)
+	}
+	b.WriteString("): ")
+	b.WriteString(todo)
+	return b.String()
 }
 
 // splitForced splits refusals into those forced past and those that stand.

@@ -178,3 +178,14 @@ func HoldModeFromProto(m batonv1.HoldMode) HoldMode {
 	}
 	return Hold
 }
+
+// Finding kinds: what the agents' PROXY-phase checks report to the control
+// plane with their heartbeats, and what the cutover gates ask of it.
+const (
+	// FindingAuthMissing: the principal the destination will see after the
+	// cutover may not WRITE the topic there (filter/authcheck).
+	FindingAuthMissing = "auth_missing"
+	// FindingHeadroom: a producer will not sustain its rate at the
+	// destination's ack latency (filter/headroom).
+	FindingHeadroom = "headroom"
+)

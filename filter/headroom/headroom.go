@@ -224,12 +224,21 @@ func (c *conn) OnRequest(_ context.Context, x *filter.Exchange) filter.Status {
 	if !ok || req.Acks == 0 {
 		return filter.Continue // acks=0 has no response: nothing is in flight
 	}
+	judged := false
+	for i := range req.Topics {
+		if _, judge := c.cfg.Topics.Destination(req.Topics[i].Topic); judge {
+			judged = true
+			break
+		}
+	}
+	if !judged {
+		return filter.Continue // the common case: one route lookup per topic, no lock
+	}
 	now := c.cfg.Now()
 	arrived := x.Received
 	if arrived.IsZero() {
 		arrived = now
 	}
-	var judged bool
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i := range req.Topics {
@@ -238,7 +247,6 @@ func (c *conn) OnRequest(_ context.Context, x *filter.Exchange) filter.Status {
 		if !judge {
 			continue
 		}
-		judged = true
 		if c.topics == nil {
 			c.topics = make(map[string]*topicStats)
 		}
@@ -261,9 +269,6 @@ func (c *conn) OnRequest(_ context.Context, x *filter.Exchange) filter.Status {
 				}
 			}
 		}
-	}
-	if !judged {
-		return filter.Continue
 	}
 	if x.Header.ClientID != nil {
 		c.client = *x.Header.ClientID
