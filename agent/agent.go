@@ -86,6 +86,7 @@ type config struct {
 	producerIDs     int
 	producerIDIdle  time.Duration
 	byteCounters    bpf.Mode
+	headroomWindow  time.Duration // 0: headroom.DefaultWindow
 	writeRanges     WriteRangesMode
 	authCheck       AuthCheckConfig
 }
@@ -288,6 +289,8 @@ func New(opts ...Opt) (*Agent, error) {
 		return nil, fmt.Errorf("%w: producer ids: must be at least 1, got %d", ErrBadConfig, cfg.producerIDs)
 	case cfg.producerIDIdle <= 0:
 		return nil, fmt.Errorf("%w: producer id idle: must be positive, got %s", ErrBadConfig, cfg.producerIDIdle)
+	case cfg.headroomWindow < 0:
+		return nil, fmt.Errorf("%w: headroom window: must not be negative, got %s", ErrBadConfig, cfg.headroomWindow)
 	}
 	if err := checkClientSecurity(&cfg.clientSec); err != nil {
 		return nil, err

@@ -3,6 +3,8 @@ package agent
 import (
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/baton-kafka/baton/filter"
@@ -81,12 +83,18 @@ func (a *Agent) chain() []filter.Factory {
 	return append(fs, a.latencyEmulation(), a.produceRoute(), a.pidmap)
 }
 
+// HeadroomWindow sets how long the headroom check (filter/headroom)
+// measures a producer before it judges (default headroom.DefaultWindow,
+// 10 s).
+func HeadroomWindow(d time.Duration) Opt { return optFunc(func(c *config) { c.headroomWindow = d }) }
+
 // headroomCheck is the agent's headroom filter: its routes' switches and
 // destination latency, its byte counters' in-flight bytes, and its
 // findings.
 func (a *Agent) headroomCheck() filter.Factory {
 	f, err := headroom.New(headroom.Config{
 		Topics: headroomTopics{a.routes},
+		Window: a.cfg.headroomWindow,
 		Report: func(w headroom.Warning) {
 			a.metrics.headroom.WithLabelValues(w.Topic, w.ClientID).Inc()
 			if a.findings != nil { // nil only in tests that build an Agent by hand
@@ -99,9 +107,19 @@ func (a *Agent) headroomCheck() filter.Factory {
 		},
 	})
 	if err != nil {
-		panic(err) // Topics and Report are always set: a bug here, not a config error
+		panic(err) // the window is checked in New: a bug here, not a config error
 	}
 	return f
+}
+
+// HeadroomWarnings is how many windows the headroom check (filter/headroom)
+// found clientID's producer short on topic.
+func (a *Agent) HeadroomWarnings(clientID, topic string) uint64 {
+	var m dto.Metric
+	if err := a.metrics.headroom.WithLabelValues(topic, clientID).Write(&m); err != nil {
+		return 0
+	}
+	return uint64(m.GetCounter().GetValue())
 }
 
 // headroomTopics is what the headroom filter asks the agent: a topic's

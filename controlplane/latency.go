@@ -94,7 +94,7 @@ func (cp *ControlPlane) refreshLatency(src LatencySource) {
 		}
 	}
 	for name, t := range cp.topics {
-		if t.State != migration.Proxy || !t.Shadow.LatencyEmulation {
+		if !needsLatency(t) {
 			continue
 		}
 		m, ok := src.DestinationLatency(name)
@@ -126,10 +126,17 @@ func materially(last pushedLatency, p50, p99 time.Duration) bool {
 	return moved(last.P50, p50) || moved(last.P99, p99)
 }
 
-// latencyProfile is what topic t's route carries: a profile only in PROXY
-// with latency emulation on. cp.mu is held.
+// needsLatency says whether topic t's route carries the destination's
+// latency: in PROXY, with latency emulation or headroom on (each acts on
+// it: filter/latency, filter/headroom).
+func needsLatency(t *Topic) bool {
+	return t.State == migration.Proxy && (t.Shadow.LatencyEmulation || t.Shadow.Headroom)
+}
+
+// latencyProfile is what topic t's route carries: a profile only when it
+// needs one (needsLatency). cp.mu is held.
 func (cp *ControlPlane) latencyProfileLocked(t *Topic) *batonv1.LatencyProfile {
-	if t.State != migration.Proxy || !t.Shadow.LatencyEmulation {
+	if !needsLatency(t) {
 		return nil
 	}
 	l, ok := cp.latency[t.Name]
@@ -158,6 +165,8 @@ type ShadowChange struct {
 	// turning AuthCheck off is how a topic's false reports are silenced.
 	AuthCheck   *bool `json:"authCheck,omitempty"`
 	AuthEnforce *bool `json:"authEnforce,omitempty"`
+	// Headroom: the headroom check (filter/headroom).
+	Headroom *bool `json:"headroom,omitempty"`
 }
 
 // SetShadow switches a REJECT or PROXY topic's shadow features, at a new
@@ -184,6 +193,9 @@ func (cp *ControlPlane) SetShadow(ctx context.Context, name string, ch ShadowCha
 	if ch.AuthEnforce != nil {
 		nt.Shadow.AuthEnforce = *ch.AuthEnforce
 	}
+	if ch.Headroom != nil {
+		nt.Shadow.Headroom = *ch.Headroom
+	}
 	if nt.Shadow == t.Shadow {
 		return nt, nil // nothing to change: no new version
 	}
@@ -191,8 +203,8 @@ func (cp *ControlPlane) SetShadow(ctx context.Context, name string, ch ShadowCha
 		return Topic{}, err
 	}
 	cp.event(ctx, Event{Topic: name, Kind: EventShadowChanged, Actor: actor, Version: cp.version,
-		Reason: fmt.Sprintf("latency emulation %s, auth check %s, auth enforce %s", onOff(nt.Shadow.LatencyEmulation),
-			onOff(nt.Shadow.AuthCheck), onOff(nt.Shadow.AuthEnforce))})
+		Reason: fmt.Sprintf("latency emulation %s, auth check %s, auth enforce %s, headroom %s", onOff(nt.Shadow.LatencyEmulation),
+			onOff(nt.Shadow.AuthCheck), onOff(nt.Shadow.AuthEnforce), onOff(nt.Shadow.Headroom))})
 	return *cp.topics[name], nil
 }
 

@@ -50,7 +50,7 @@ func newTopicCmd() *cobra.Command {
 
 	var state, mode, namespaces string
 	var holdMax time.Duration
-	var latencyEmulation, authCheck, authEnforce bool
+	var latencyEmulation, authCheck, authEnforce, headroomOn bool
 	add := &cobra.Command{
 		Use: "add TOPIC", Short: "Start managing a topic (REJECT or PROXY)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -67,7 +67,7 @@ func newTopicCmd() *cobra.Command {
 			}
 			t, err := cl.Add(cmd.Context(), controlplane.TopicSpec{Name: args[0], State: st, Mode: mode, HoldMax: holdMax,
 				Target: xds.Target{Namespaces: splitList(namespaces)}, Shadow: controlplane.Shadow{LatencyEmulation: latencyEmulation,
-					AuthCheck: authCheck || authEnforce, AuthEnforce: authEnforce}}, actor)
+					AuthCheck: authCheck || authEnforce, AuthEnforce: authEnforce, Headroom: headroomOn}}, actor)
 			if err != nil {
 				return err
 			}
@@ -83,10 +83,12 @@ func newTopicCmd() *cobra.Command {
 	add.Flags().BoolVar(&authCheck, "auth-check", false,
 		"in PROXY, report producers whose principal the destination's ACLs would refuse WRITE after the cutover")
 	add.Flags().BoolVar(&authEnforce, "auth-enforce", false, "and refuse their produce (TOPIC_AUTHORIZATION_FAILED); implies --auth-check")
+	add.Flags().BoolVar(&headroomOn, "headroom", false,
+		"in PROXY, warn of producers that will not sustain their rate at the destination's measured latency (best with --latency-emulation)")
 
-	var emulation, authCheckSw, authEnforceSw string
+	var emulation, authCheckSw, authEnforceSw, headroomSw string
 	shadow := &cobra.Command{
-		Use: "shadow TOPIC", Short: "Switch a REJECT or PROXY topic's shadow features (latency emulation, auth check)", Args: cobra.ExactArgs(1),
+		Use: "shadow TOPIC", Short: "Switch a REJECT or PROXY topic's shadow features (latency emulation, auth check, headroom)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
 				return err
@@ -96,7 +98,7 @@ func newTopicCmd() *cobra.Command {
 				flag, v string
 				to      **bool
 			}{{"--latency-emulation", emulation, &ch.LatencyEmulation}, {"--auth-check", authCheckSw, &ch.AuthCheck},
-				{"--auth-enforce", authEnforceSw, &ch.AuthEnforce}} {
+				{"--auth-enforce", authEnforceSw, &ch.AuthEnforce}, {"--headroom", headroomSw, &ch.Headroom}} {
 				switch sw.v {
 				case "on", "off":
 					on := sw.v == "on"
@@ -107,7 +109,7 @@ func newTopicCmd() *cobra.Command {
 				}
 			}
 			if ch == (controlplane.ShadowChange{}) {
-				return fmt.Errorf("--latency-emulation, --auth-check or --auth-enforce: say on or off")
+				return fmt.Errorf("--latency-emulation, --auth-check, --auth-enforce or --headroom: say on or off")
 			}
 			cl, err := api()
 			if err != nil {
@@ -123,6 +125,7 @@ func newTopicCmd() *cobra.Command {
 	shadow.Flags().StringVar(&emulation, "latency-emulation", "", "on or off")
 	shadow.Flags().StringVar(&authCheckSw, "auth-check", "", "on or off (off silences a topic's false reports)")
 	shadow.Flags().StringVar(&authEnforceSw, "auth-enforce", "", "on or off")
+	shadow.Flags().StringVar(&headroomSw, "headroom", "", "on or off")
 
 	list := &cobra.Command{
 		Use: "list", Short: "List managed topics", Args: cobra.NoArgs,

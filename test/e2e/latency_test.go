@@ -37,8 +37,69 @@ func TestLatencyEmulation(t *testing.T) {
 	const destDelay = 300 * time.Millisecond
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	quiet := slog.New(slog.DiscardHandler)
+	e := startSlowDestination(t, ctx, "pod-latency", destDelay)
+	const topic = "latency-emulated"
+	if _, err := kadm.NewClient(e.direct).CreateTopic(ctx, 1, 1, nil, topic); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.cp.AddTopic(ctx, controlplane.TopicSpec{Name: topic, State: migration.Proxy,
+		Shadow: controlplane.Shadow{LatencyEmulation: true}}, "e2e"); err != nil {
+		t.Fatal(err)
+	}
+	e.feedUntilProfiled(t, ctx, topic, destDelay)
 
+	producer := newClient(t, e.agent.Addr(), kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(0))
+	p50 := func() time.Duration {
+		t.Helper()
+		var took []time.Duration
+		for i := range 21 {
+			start := time.Now()
+			if err := producer.ProduceSync(ctx, &kgo.Record{Value: []byte{byte(i)}}).FirstErr(); err != nil {
+				t.Fatalf("producing through the agent: %v", err)
+			}
+			took = append(took, time.Since(start))
+		}
+		slices.Sort(took)
+		return took[len(took)/2]
+	}
+	got := p50()
+	t.Logf("emulation on: producer p50 %v (destination delay %v, pushed %s)", got, destDelay, describeRoute(e.agent.Routes().Lookup(topic)))
+	if got < destDelay {
+		t.Errorf("emulation on: the producer's p50 is %v, want at least the destination's %v", got, destDelay)
+	}
+
+	off := false
+	if _, err := e.cp.SetShadow(ctx, topic, controlplane.ShadowChange{LatencyEmulation: &off}, "e2e"); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, time.Minute, "the agent applied emulation off", func() string {
+		if rt := e.agent.Routes().Lookup(topic); rt.LatencyEmulation {
+			return "the agent's route: " + describeRoute(rt)
+		}
+		return ""
+	})
+	got = p50()
+	t.Logf("emulation off: producer p50 %v", got)
+	if got >= destDelay {
+		t.Errorf("emulation off: the producer's p50 is %v, want the source's, below the destination's %v", got, destDelay)
+	}
+}
+
+// slowDestination is a source, a destination whose every produce waits
+// destDelay (a fault on its produce path) and is then answered as usual,
+// the replicator copying between them and measuring that, the control
+// plane in process (MemStore) pushing the measurements every 100 ms, and an
+// agent under it: what the PROXY-phase features (docs/design.md §12) are
+// tested on.
+type slowDestination struct {
+	direct *kgo.Client // writes the source directly
+	cp     *controlplane.ControlPlane
+	agent  *agent.Agent
+}
+
+func startSlowDestination(t *testing.T, ctx context.Context, node string, destDelay time.Duration, opts ...agent.Opt) *slowDestination {
+	t.Helper()
+	quiet := slog.New(slog.DiscardHandler)
 	src, err := embedded.Start(embedded.Brokers(1), embedded.Partitions(1))
 	if err != nil {
 		t.Fatal(err)
@@ -69,10 +130,6 @@ func TestLatencyEmulation(t *testing.T) {
 	t.Cleanup(func() { rcancel(); <-rdone })
 
 	direct := newClient(t, src.Bootstrap())
-	const topic = "latency-emulated"
-	if _, err := kadm.NewClient(direct).CreateTopic(ctx, 1, 1, nil, topic); err != nil {
-		t.Fatal(err)
-	}
 	cp, err := controlplane.New(ctx, controlplane.WithStore(controlplane.NewMemStore()),
 		controlplane.WithReplication(&controlplane.ReplicatorAdapter{R: r, Source: kadm.NewClient(direct)}),
 		controlplane.LatencyRefresh(100*time.Millisecond), controlplane.Logger(quiet),
@@ -98,8 +155,8 @@ func TestLatencyEmulation(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	a, err := agent.New(agent.Listen("127.0.0.1:0"), agent.Source(src.Addrs()...), agent.Destination(dst.Addrs()...),
-		agent.ControlPlane(conn, xds.NodeMeta("pod-latency", "team-a", "app")), agent.Logger(agentLogger("latency")))
+	a, err := agent.New(append([]agent.Opt{agent.Listen("127.0.0.1:0"), agent.Source(src.Addrs()...), agent.Destination(dst.Addrs()...),
+		agent.ControlPlane(conn, xds.NodeMeta(node, "team-a", "app")), agent.Logger(agentLogger(node))}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,58 +170,24 @@ func TestLatencyEmulation(t *testing.T) {
 		t.Fatal("the agent never served")
 	}
 
-	if _, err := cp.AddTopic(ctx, controlplane.TopicSpec{Name: topic, State: migration.Proxy,
-		Shadow: controlplane.Shadow{LatencyEmulation: true}}, "e2e"); err != nil {
-		t.Fatal(err)
-	}
-	// The replicator measures the destination from what it copies: write
-	// S.T directly until the agent holds a profile of the slow destination.
+	return &slowDestination{direct: direct, cp: cp, agent: a}
+}
+
+// feedUntilProfiled writes topic's source directly until the agent holds a
+// latency profile of at least destDelay for it: the replicator measures the
+// destination from what it copies.
+func (e *slowDestination) feedUntilProfiled(t *testing.T, ctx context.Context, topic string, destDelay time.Duration) {
+	t.Helper()
 	wait.For(t, 2*time.Minute, "the agent holds the destination's latency profile", func() string {
-		if err := direct.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: []byte("feed")}).FirstErr(); err != nil {
+		if err := e.direct.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: []byte("feed")}).FirstErr(); err != nil {
 			return "feeding the source: " + err.Error()
 		}
-		rt := a.Routes().Lookup(topic)
-		if rt.State != migration.Proxy || !rt.LatencyEmulation || rt.Latency == nil || rt.Latency.P50 < destDelay {
+		rt := e.agent.Routes().Lookup(topic)
+		if rt.State != migration.Proxy || rt.Latency == nil || rt.Latency.P50 < destDelay {
 			return "the agent's route: " + describeRoute(rt)
 		}
 		return ""
 	})
-
-	producer := newClient(t, a.Addr(), kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(0))
-	p50 := func() time.Duration {
-		t.Helper()
-		var took []time.Duration
-		for i := range 21 {
-			start := time.Now()
-			if err := producer.ProduceSync(ctx, &kgo.Record{Value: []byte{byte(i)}}).FirstErr(); err != nil {
-				t.Fatalf("producing through the agent: %v", err)
-			}
-			took = append(took, time.Since(start))
-		}
-		slices.Sort(took)
-		return took[len(took)/2]
-	}
-	got := p50()
-	t.Logf("emulation on: producer p50 %v (destination delay %v, pushed %s)", got, destDelay, describeRoute(a.Routes().Lookup(topic)))
-	if got < destDelay {
-		t.Errorf("emulation on: the producer's p50 is %v, want at least the destination's %v", got, destDelay)
-	}
-
-	off := false
-	if _, err := cp.SetShadow(ctx, topic, controlplane.ShadowChange{LatencyEmulation: &off}, "e2e"); err != nil {
-		t.Fatal(err)
-	}
-	wait.For(t, time.Minute, "the agent applied emulation off", func() string {
-		if rt := a.Routes().Lookup(topic); rt.LatencyEmulation {
-			return "the agent's route: " + describeRoute(rt)
-		}
-		return ""
-	})
-	got = p50()
-	t.Logf("emulation off: producer p50 %v", got)
-	if got >= destDelay {
-		t.Errorf("emulation off: the producer's p50 is %v, want the source's, below the destination's %v", got, destDelay)
-	}
 }
 
 func describeRoute(r agent.Route) string {
