@@ -138,4 +138,3 @@ func hasEvent(evs []controlplane.Event, kind, says string) bool {
 	}
 	return false
 }
-
