@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +16,43 @@ import (
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/migration"
 )
+
+// unpositioned starts kfake clusters and a control plane (with opts) on
+// which topic, in PROXY, has no partition the replicator resumed copying:
+// the destination answers no ListOffsets until release is called, so the
+// time lag stays unknown and the time-lag gate refuses.
+func unpositioned(t *testing.T, ctx context.Context, topic string, opts ...Opt) (p *plane, release func()) {
+	t.Helper()
+	k := startKafka(t, ctx)
+	k.produce(t, ctx, topic, 10)
+	var hold atomic.Bool
+	hold.Store(true)
+	held := make(chan struct{})
+	kc := k.dst.Kfake()
+	kc.ControlKey(kmsg.ListOffsets.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		if hold.Load() {
+			kc.SleepControl(func() { <-held })
+		}
+		return nil, nil, false
+	})
+	p = startPlane(t, ctx, t.TempDir(), "", k, opts...)
+	if _, err := p.cp.AddTopic(ctx, TopicSpec{Name: topic, State: migration.Proxy}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, ctx, "the replicator set the topic up", func() bool {
+		for _, st := range k.repl.R.Status() {
+			if st.Topic == topic && st.Ready && len(st.Partitions) > 0 {
+				return true
+			}
+		}
+		return false
+	})
+	var once sync.Once
+	release = func() { once.Do(func() { hold.Store(false); close(held) }) }
+	t.Cleanup(release) // a test that fails first must not leave kfake asleep at its close
+	return p, release
+}
 
 // TestGateRefusesAPartitionNotCopyingYet: a partition the replicator has
 // not resumed copying (it could not learn the destination's end offset,
@@ -28,36 +66,8 @@ func TestGateRefusesAPartitionNotCopyingYet(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	k := startKafka(t, ctx)
 	const topic = "unpositioned"
-	k.produce(t, ctx, topic, 10)
-
-	// The destination answers no ListOffsets while hold is set: the
-	// replicator cannot find where to resume any partition.
-	var hold atomic.Bool
-	hold.Store(true)
-	release := make(chan struct{})
-	kc := k.dst.Kfake()
-	kc.ControlKey(kmsg.ListOffsets.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
-		kc.KeepControl()
-		if hold.Load() {
-			kc.SleepControl(func() { <-release })
-		}
-		return nil, nil, false
-	})
-
-	p := startPlane(t, ctx, t.TempDir(), "", k)
-	if _, err := p.cp.AddTopic(ctx, TopicSpec{Name: topic, State: migration.Proxy}, "test"); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, ctx, "the replicator set the topic up", func() bool {
-		for _, st := range k.repl.R.Status() {
-			if st.Topic == topic && st.Ready && len(st.Partitions) > 0 {
-				return true
-			}
-		}
-		return false
-	})
+	p, release := unpositioned(t, ctx, topic)
 	_, err := p.cp.Migrate(ctx, topic, "test")
 	if !errors.Is(err, ErrGateRefused) || !strings.Contains(err.Error(), "has not resumed copying yet") {
 		t.Fatalf("migrate while no partition is copying: %v; want the gate to refuse with the lag unknown", err)
@@ -68,8 +78,7 @@ func TestGateRefusesAPartitionNotCopyingYet(t *testing.T) {
 		}
 	}
 
-	hold.Store(false)
-	close(release)
+	release()
 	migrateWhenGateOpens(t, ctx, p, topic)
 	waitState(t, ctx, p, topic, migration.Complete)
 }
@@ -84,37 +93,10 @@ func TestGateForcedIsRecorded(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	k := startKafka(t, ctx)
 	const topic = "forced"
-	k.produce(t, ctx, topic, 10)
-
-	// The destination answers no ListOffsets while hold is set, so the
-	// time lag stays unknown and the time-lag gate refuses.
-	var hold atomic.Bool
-	hold.Store(true)
-	release := make(chan struct{})
-	kc := k.dst.Kfake()
-	kc.ControlKey(kmsg.ListOffsets.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
-		kc.KeepControl()
-		if hold.Load() {
-			kc.SleepControl(func() { <-release })
-		}
-		return nil, nil, false
-	})
 	// A cutover timeout far above what the copy needs once released: the
 	// forced cutover must not roll back however slow the machine is.
-	p := startPlane(t, ctx, t.TempDir(), "", k, CutoverTimeout(2*time.Minute))
-	if _, err := p.cp.AddTopic(ctx, TopicSpec{Name: topic, State: migration.Proxy}, "test"); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, ctx, "the replicator set the topic up", func() bool {
-		for _, st := range k.repl.R.Status() {
-			if st.Topic == topic && st.Ready && len(st.Partitions) > 0 {
-				return true
-			}
-		}
-		return false
-	})
+	p, release := unpositioned(t, ctx, topic, CutoverTimeout(2*time.Minute))
 	if _, err := p.cp.Migrate(ctx, topic, "test", GateHeadroom); !errors.Is(err, ErrGateRefused) {
 		t.Fatalf("migrate forced past another gate: %v; want the time-lag gate to refuse", err)
 	}
@@ -134,8 +116,7 @@ func TestGateForcedIsRecorded(t *testing.T) {
 	if initiated == nil || initiated.Actor != "alice" || !strings.Contains(initiated.Reason, "forced past gate time-lag: time lag unknown") {
 		t.Fatalf("initiated event %+v; want it to record alice forcing past the time-lag gate and why", initiated)
 	}
-	hold.Store(false)
-	close(release)
+	release()
 	waitState(t, ctx, p, topic, migration.Complete)
 }
 
