@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,8 +15,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/baton-kafka/baton/agent"
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
@@ -113,31 +109,10 @@ func TestAuthCheckRealKafka(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	cp.Register(gs)
-	runCtx, stop := context.WithCancel(context.Background())
-	var running sync.WaitGroup
-	running.Add(3)
-	go func() { defer running.Done(); _ = gs.Serve(ln) }()
-	go func() { defer running.Done(); _ = cp.Run(runCtx) }()
-	go func() { defer running.Done(); _ = r.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		gs.Stop()
-		running.Wait()
-	})
+	conn := serveInProcess(t, cp, r)
 
 	// The agent: --client-sasl forward (on loopback, no TLS needed), its
 	// own identity upstream for what is the agent's (DescribeACLs on D).
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
 	own := agent.Security{TLS: clusterTLS, SASL: plain.Auth{User: "agent", Pass: securedPasswords["agent"]}.AsMechanism()}
 	const node = "authchk-agent"
 	a := runAgent(t, ctx, node, agent.Source(src.Addrs()...), agent.Destination(dst.Addrs()...),

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -26,8 +25,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/baton-kafka/baton/agent"
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
@@ -158,31 +155,10 @@ func TestSecuredCutoverRealKafka(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	cp.Register(gs)
-	runCtx, stop := context.WithCancel(context.Background())
-	var running sync.WaitGroup
-	running.Add(3)
-	go func() { defer running.Done(); _ = gs.Serve(ln) }()
-	go func() { defer running.Done(); _ = cp.Run(runCtx) }()
-	go func() { defer running.Done(); _ = r.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		gs.Stop()
-		running.Wait()
-	})
+	conn := serveInProcess(t, cp, r)
 
 	// The agent: TLS listener, --client-sasl forward, SASL_SSL upstream
 	// with an identity of its own.
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
 	own := agent.Security{TLS: clusterTLS, SASL: plain.Auth{User: "agent", Pass: securedPasswords["agent"]}.AsMechanism()}
 	rec := newCrossRecorder(topic)
 	reg := prometheus.NewRegistry()
