@@ -227,8 +227,7 @@ func newTopicCmd() *cobra.Command {
 		}
 		if name == "migrate" {
 			c.Flags().StringSliceVar(&force, "force", nil, "start even though these cutover gates refuse (comma-separated: "+
-				gateNames()+"; --force alone: all); the event log records each gate forced past and why")
-			c.Flags().Lookup("force").NoOptDefVal = controlplane.ForceAll
+				gateNames()+"; or "+controlplane.ForceAll+"); the event log records each gate forced past and why")
 		}
 		return c
 	}
