@@ -139,14 +139,32 @@ func (cp *ControlPlane) gates() []gateCheck {
 	}
 	gs = append(gs,
 		gateCheck{GateHeadroom, func(topic string) string {
+			if sh, ok := cp.shadowOf(topic); ok && !sh.Headroom {
+				return "" // switched off: agents' findings age out on their own
+			}
 			return findingsText(cp.OpenFindings(topic, FindingHeadroom, 0), "open headroom warning",
 				"raise the setting named on each producer (or resize the destination) and let the warning close")
 		}},
 		gateCheck{GateDestinationAuth, func(topic string) string {
+			if sh, ok := cp.shadowOf(topic); ok && !sh.AuthCheck && !sh.AuthEnforce {
+				return "" // switched off (how false reports are silenced)
+			}
 			return findingsText(cp.OpenFindings(topic, FindingAuthMissing, 0), "principal without WRITE on the destination topic",
 				"add the ACL named on the destination, or the producer is refused after the cutover")
 		}})
 	return gs
+}
+
+// shadowOf is topic's shadow switches now: a finding of a check switched
+// off refuses nothing, though agents send it until it ages out.
+func (cp *ControlPlane) shadowOf(topic string) (Shadow, bool) {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	t, ok := cp.topics[topic]
+	if !ok {
+		return Shadow{}, false
+	}
+	return t.Shadow, true
 }
 
 // findingsText says why a gate refuses for open findings fs, "" if none:
