@@ -322,11 +322,17 @@ func (cp *ControlPlane) syncProxyWatches(topics []Topic) {
 
 func (cp *ControlPlane) startProxyWatch(name string, w *proxyWatch) {
 	for cp.ctx.Err() == nil {
+		b := cp.byp
+		b.mu.Lock()
+		current := b.proxy[name] == w
+		b.mu.Unlock()
+		if !current {
+			return // the topic left PROXY: the watch was dropped
+		}
 		ctx, cancel := context.WithTimeout(cp.ctx, 10*time.Second)
 		ends, err := cp.cfg.repl.SourceEndOffsets(ctx, name)
 		cancel()
 		if err == nil {
-			b := cp.byp
 			b.mu.Lock()
 			for p, end := range ends {
 				a := w.part(p)
