@@ -124,8 +124,8 @@ func FromResponse(resp *kmsg.DescribeACLsResponse) (ACLs, error) {
 // Write decides, as Kafka's StandardAuthorizer does, whether principal
 // connecting from host may WRITE topic. An ACL applies when its resource
 // covers the topic (LITERAL of the name or of "*", PREFIXED of a prefix of
-// it), its principal is the principal or the wildcard of its type
-// ("User:*"), its host is "*" or host, and its operation is WRITE or ALL.
+// it), its principal is the principal or the wildcard "User:*" (Kafka's
+// one wildcard principal, whatever the principal's type), its host is "*" or host, and its operation is WRITE or ALL.
 // A DENY that applies wins; else an ALLOW that applies allows; else the
 // write is refused, unless allowIfNoACL and no ACL at all covers the
 // topic (allow.everyone.if.no.acl.found). Super users are the caller's
@@ -134,10 +134,7 @@ func (a *ACLs) Write(principal, host, topic string, allowIfNoACL bool) Decision 
 	if a.NoAuthorizer {
 		return NoAuthorizer
 	}
-	wildcard := "User:*"
-	if i := strings.IndexByte(principal, ':'); i >= 0 {
-		wildcard = principal[:i+1] + "*"
-	}
+	const wildcard = "User:*"
 	covered, allowed := false, false
 	for i := range a.List {
 		acl := &a.List[i]

@@ -51,6 +51,8 @@ func TestWrite(t *testing.T) {
 		{"literal * allows every topic", authcheck.ACLs{List: []authcheck.ACL{acl("User:bob", literal, "*", write, allow)}}, "User:bob", "", false, authcheck.Allowed},
 		{"prefixed * is a prefix, not a wildcard", authcheck.ACLs{List: []authcheck.ACL{acl("User:bob", prefixed, "*", write, allow)}}, "User:bob", "", false, authcheck.NoAllow},
 		{"wildcard principal", authcheck.ACLs{List: []authcheck.ACL{acl("User:*", literal, "orders", write, allow)}}, "User:bob", "", false, authcheck.Allowed},
+		{"User:* is the wildcard of every principal type", authcheck.ACLs{List: []authcheck.ACL{acl("User:*", literal, "orders", write, allow)}}, "Group:ops", "", false, authcheck.Allowed},
+		{"no wildcard of another type", authcheck.ACLs{List: []authcheck.ACL{acl("Group:*", literal, "orders", write, allow)}}, "Group:ops", "", false, authcheck.NoAllow},
 		{"DENY wins over ALLOW", authcheck.ACLs{List: []authcheck.ACL{
 			acl("User:bob", literal, "orders", write, allow), acl("User:bob", literal, "orders", write, deny)}}, "User:bob", "", false, authcheck.Denied},
 		{"prefixed DENY of ALL wins over a literal ALLOW", authcheck.ACLs{List: []authcheck.ACL{
