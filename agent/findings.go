@@ -16,7 +16,7 @@ import (
 
 // Findings are what the agent's PROXY-phase checks find for an operator
 // to act on before a cutover (docs/design.md §12). Every heartbeat carries
-// the open ones (the xds.MaxFindings most recently seen) to the control
+// all the open ones (at most xds.MaxFindings) to the control
 // plane, which records an event when one opens; a finding closes when its
 // check says it is resolved, or when no request met it for findingTTL.
 
@@ -31,8 +31,9 @@ const (
 const findingTTL = 10 * time.Minute
 
 // maxFindings bounds the findings the agent keeps; past it, the least
-// recently seen one is dropped for a new one.
-const maxFindings = 256
+// recently seen one is dropped for a new one. Every heartbeat carries all
+// of them (xds.MaxFindings).
+const maxFindings = xds.MaxFindings
 
 type findingKey struct{ kind, topic, who string }
 

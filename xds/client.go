@@ -124,9 +124,13 @@ func LeaseFindings(f func() []*batonv1.Finding) ClientOpt {
 	return clientOptFunc(func(c *clientConfig) { c.findings = f })
 }
 
-// MaxFindings bounds the findings one heartbeat carries: an agent sends
-// its most recently seen ones, and the control plane reads no more.
-const MaxFindings = 32
+// MaxFindings bounds the findings one heartbeat carries, and the control
+// plane reads no more. An agent keeps no more open ones than that, so every
+// heartbeat carries all of them: the control plane closes a finding no
+// heartbeat carried for three leases, and one left out for others seen
+// more recently would close while the agent still holds it open (and a
+// cutover gate would pass on it). About 64 KiB at most.
+const MaxFindings = 256
 
 func newClientConfig(opts []ClientOpt) (clientConfig, error) {
 	cfg := clientConfig{protocol: Delta, minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff,
