@@ -128,10 +128,11 @@ type Config struct {
 	// which a producer falls short, once per client id and topic. It MUST
 	// NOT block.
 	Report func(Warning)
-	// InFlight, if set, returns the produce request bytes the connection
-	// has in flight now, counted outside the filter (the agent's byte
-	// counters); ok false falls back to the filter's own count of the
-	// requests it saw and their responses.
+	// InFlight, if set, returns the request bytes the connection has in
+	// flight now, counted outside the filter (the agent's byte counters),
+	// read at most every 50 ms; the filter takes the larger of it and its
+	// own count of the produce requests it saw and their responses (ok
+	// false: its own alone).
 	InFlight func(filter.ConnInfo) (bytes int64, ok bool)
 	// Window is how long the filter measures before it judges
 	// (DefaultWindow when zero).
@@ -198,6 +199,7 @@ type conn struct {
 	maxN        int
 	topics      map[string]*topicStats
 	pending     []counted // the counted requests in flight, oldest first
+	lastRead    time.Time // the external in-flight count's last read
 }
 
 // counted is a request in the filter's own in-flight count.
@@ -279,7 +281,7 @@ func (c *conn) OnRequest(_ context.Context, x *filter.Exchange) filter.Status {
 	if c.start.IsZero() {
 		c.start = now
 	}
-	c.noteInflightLocked()
+	c.noteInflightLocked(now)
 	c.pending = append(c.pending, counted{x, n})
 	if now.Sub(c.start) >= c.cfg.Window {
 		c.judgeLocked(now)
@@ -302,12 +304,19 @@ func (c *conn) OnResponse(_ context.Context, x *filter.Exchange) filter.Status {
 	return filter.Continue
 }
 
-// noteInflightLocked keeps the window's most bytes and requests in flight.
-func (c *conn) noteInflightLocked() {
+// inflightReadEvery bounds how often the external in-flight count is read:
+// with eBPF a read is a system call, too dear for every request.
+const inflightReadEvery = 50 * time.Millisecond
+
+// noteInflightLocked keeps the window's most bytes and requests in flight:
+// the filter's own count at every request, and the external count (the
+// agent's byte counters) at most every inflightReadEvery.
+func (c *conn) noteInflightLocked(now time.Time) {
 	b := c.inflight
-	if c.cfg.InFlight != nil {
+	if c.cfg.InFlight != nil && now.Sub(c.lastRead) >= inflightReadEvery {
+		c.lastRead = now
 		if kb, ok := c.cfg.InFlight(c.info); ok {
-			b = kb
+			b = max(b, kb)
 		}
 	}
 	c.maxInflight = max(c.maxInflight, b)
