@@ -62,6 +62,9 @@ func (cp *ControlPlane) Migrate(ctx context.Context, name, actor string, force .
 	reason := fmt.Sprintf("time lag %v <= %v", lag.Round(time.Millisecond), limit)
 	if len(forced) > 0 {
 		reason = "forced past " + joinRefusals(forced)
+		if len(lagRefusal) == 0 { // the time lag passed: say what it was
+			reason += fmt.Sprintf("; time lag %v <= %v", lag.Round(time.Millisecond), limit)
+		}
 	}
 	now := cp.now()
 	nt := *t
