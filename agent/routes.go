@@ -140,6 +140,15 @@ type routesFile struct {
 		// AuthCheck and AuthEnforce: see Route.
 		AuthCheck   bool `yaml:"authCheck"`
 		AuthEnforce bool `yaml:"authEnforce"`
+		// LatencyEmulation, DestinationLatency and Headroom: see Route.
+		// With no control plane to measure the destination, its latency
+		// is given here.
+		LatencyEmulation   bool `yaml:"latencyEmulation"`
+		DestinationLatency *struct {
+			P50 string `yaml:"p50"`
+			P99 string `yaml:"p99"`
+		} `yaml:"destinationLatency"`
+		Headroom bool `yaml:"headroom"`
 	} `yaml:"routes"`
 }
 
@@ -152,6 +161,9 @@ type routesFile struct {
 //	    holdMax: 5s           # default 5s
 //	    authCheck: true       # PROXY: check producers' WRITE on the destination (default false)
 //	    authEnforce: false    # and refuse what it would refuse (default false)
+//	    latencyEmulation: true  # PROXY: hold produce responses to destinationLatency (default false)
+//	    destinationLatency: {p50: 40ms, p99: 250ms}  # the destination's produce ack latency (default none)
+//	    headroom: true        # PROXY: warn of producers short at destinationLatency's p50 (default false)
 func LoadRoutes(path string) ([]Route, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -195,6 +207,21 @@ func ParseRoutes(b []byte) ([]Route, error) {
 				return nil, fmt.Errorf("%w: %s.holdMax: %q is not a positive duration", ErrBadRoutes, at, e.HoldMax)
 			}
 			r.HoldMax = d
+		}
+		r.LatencyEmulation, r.Headroom = e.LatencyEmulation, e.Headroom
+		if l := e.DestinationLatency; l != nil {
+			var p latency.Profile
+			for _, q := range []struct {
+				name, v string
+				d       *time.Duration
+			}{{"p50", l.P50, &p.P50}, {"p99", l.P99, &p.P99}} {
+				d, err := time.ParseDuration(q.v)
+				if err != nil || d < 0 {
+					return nil, fmt.Errorf("%w: %s.destinationLatency.%s: %q is not a duration of 0 or more", ErrBadRoutes, at, q.name, q.v)
+				}
+				*q.d = d
+			}
+			r.Latency = &p
 		}
 		out = append(out, r)
 	}

@@ -44,6 +44,7 @@ func FuzzParseRoutes(f *testing.F) {
 	f.Add([]byte("routes: [{topic: x, state: DONE}]"))
 	f.Add([]byte("routes:\n  - topic: \"\"\n    state: PROXY\n"))
 	f.Add([]byte("routes:\n  - topic: t\n    state: PROXY\n    holdMax: -1s\n"))
+	f.Add([]byte("routes:\n  - {topic: t, state: PROXY, latencyEmulation: true, headroom: true, destinationLatency: {p50: 1ms, p99: -2ms}}\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		routes, err := ParseRoutes(b)
 		if err != nil {
@@ -53,6 +54,9 @@ func FuzzParseRoutes(f *testing.F) {
 		for _, r := range routes {
 			if r.HoldMax <= 0 {
 				t.Fatalf("route %q with hold %s accepted", r.Topic, r.HoldMax)
+			}
+			if l := r.Latency; l != nil && (l.P50 < 0 || l.P99 < 0) {
+				t.Fatalf("route %q with latency %+v accepted", r.Topic, *l)
 			}
 		}
 	})

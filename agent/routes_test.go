@@ -8,6 +8,7 @@ import (
 
 	"github.com/baton-kafka/baton/agent/internal/upstream"
 	"github.com/baton-kafka/baton/filter"
+	"github.com/baton-kafka/baton/filter/latency"
 	"github.com/baton-kafka/baton/migration"
 )
 
@@ -24,6 +25,15 @@ func TestParseRoutes(t *testing.T) {
 			want: []Route{{Topic: "a", State: migration.Proxy, HoldMax: migration.DefaultHoldMax}}},
 		{name: "all fields", yaml: "routes:\n  - topic: a\n    state: MIGRATING\n    mode: retriable\n    holdMax: 2s\n",
 			want: []Route{{Topic: "a", State: migration.Migrating, Mode: migration.Retriable, HoldMax: 2 * time.Second}}},
+		{name: "shadow switches", yaml: "routes:\n  - topic: a\n    state: PROXY\n    latencyEmulation: true\n    destinationLatency: {p50: 40ms, p99: 0.25s}\n    headroom: true\n",
+			want: []Route{{Topic: "a", State: migration.Proxy, HoldMax: migration.DefaultHoldMax, LatencyEmulation: true,
+				Latency: &latency.Profile{P50: 40 * time.Millisecond, P99: 250 * time.Millisecond}, Headroom: true}}},
+		{name: "zero latency", yaml: "routes:\n  - {topic: a, state: PROXY, latencyEmulation: true, destinationLatency: {p50: 0s, p99: 0}}\n",
+			want: []Route{{Topic: "a", State: migration.Proxy, HoldMax: migration.DefaultHoldMax, LatencyEmulation: true, Latency: &latency.Profile{}}}},
+		{name: "negative p50", yaml: "routes:\n  - {topic: a, state: PROXY, destinationLatency: {p50: -1ms, p99: 1ms}}\n", wantErr: "routes[0].destinationLatency.p50"},
+		{name: "negative p99", yaml: "routes:\n  - {topic: a, state: PROXY, destinationLatency: {p50: 1ms, p99: -1ms}}\n", wantErr: "routes[0].destinationLatency.p99"},
+		{name: "missing p99", yaml: "routes:\n  - {topic: a, state: PROXY, destinationLatency: {p50: 1ms}}\n", wantErr: "routes[0].destinationLatency.p99"},
+		{name: "bad p50", yaml: "routes:\n  - {topic: a, state: PROXY, destinationLatency: {p50: fast, p99: 1ms}}\n", wantErr: "routes[0].destinationLatency.p50"},
 		{name: "missing topic", yaml: "routes:\n  - state: PROXY\n", wantErr: "routes[0].topic"},
 		{name: "bad state", yaml: "routes:\n  - topic: a\n    state: DONE\n", wantErr: "routes[0].state"},
 		{name: "bad mode", yaml: "routes:\n  - topic: a\n    state: PROXY\n    mode: wait\n", wantErr: "routes[0].mode"},
@@ -48,11 +58,51 @@ func TestParseRoutes(t *testing.T) {
 				t.Fatalf("got %v, want %v", got, tt.want)
 			}
 			for i := range got {
-				if got[i] != tt.want[i] {
-					t.Errorf("route %d: got %+v, want %+v", i, got[i], tt.want[i])
+				// The profile is a pointer: compare what it points at.
+				g, w := got[i], tt.want[i]
+				if (g.Latency == nil) != (w.Latency == nil) || g.Latency != nil && *g.Latency != *w.Latency {
+					t.Errorf("route %d: latency %v, want %v", i, g.Latency, w.Latency)
+				}
+				g.Latency, w.Latency = nil, nil
+				if g != w {
+					t.Errorf("route %d: got %+v, want %+v", i, g, w)
 				}
 			}
 		})
+	}
+}
+
+// TestRouteFileShadowSwitches: a route file's latency profile and switches
+// reach what the latency and headroom filters ask, as a control plane's
+// would.
+func TestRouteFileShadowSwitches(t *testing.T) {
+	t.Parallel()
+	routes, err := ParseRoutes([]byte("routes:\n  - {topic: a, state: PROXY, latencyEmulation: true, headroom: true, destinationLatency: {p50: 5ms, p99: 9ms}}\n" +
+		"  - {topic: zero, state: PROXY, latencyEmulation: true, headroom: true, destinationLatency: {p50: 0s, p99: 0s}}\n" +
+		"  - {topic: off, state: PROXY, destinationLatency: {p50: 5ms, p99: 9ms}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab := NewRouteTable(routes)
+	if p, ok := (emulateTopics{tab}).Emulate("a"); !ok || p != (latency.Profile{P50: 5 * time.Millisecond, P99: 9 * time.Millisecond}) {
+		t.Errorf("emulate a: %v %v", p, ok)
+	}
+	if d, ok := (headroomTopics{tab}).Destination("a"); !ok || d != 5*time.Millisecond {
+		t.Errorf("headroom a: %v %v", d, ok)
+	}
+	// A zero profile is emulated (each response's target is 0: nothing
+	// held); headroom has no latency to judge against.
+	if p, ok := (emulateTopics{tab}).Emulate("zero"); !ok || p != (latency.Profile{}) {
+		t.Errorf("emulate zero: %v %v", p, ok)
+	}
+	if _, ok := (headroomTopics{tab}).Destination("zero"); ok {
+		t.Error("headroom judges zero")
+	}
+	if _, ok := (emulateTopics{tab}).Emulate("off"); ok {
+		t.Error("emulate off: switch off, still emulated")
+	}
+	if _, ok := (headroomTopics{tab}).Destination("off"); ok {
+		t.Error("headroom off: switch off, still judged")
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/baton-kafka/baton/bpf"
 	"github.com/baton-kafka/baton/internal/testcert"
 	"github.com/baton-kafka/baton/test/embedded"
 	"github.com/baton-kafka/baton/test/kafka"
@@ -45,6 +46,9 @@ const (
 //     the agent's worst case: client, broker and agent share 2 cores and
 //     the agent's CPU shows directly in the ratio.
 //   - apache-kafka: a real 3-broker Apache Kafka 4.4 cluster, RF 3.
+//
+// kfake-blackhole-proxy-features compares agents only, not direct: the
+// PROXY-phase features on against off (proxyFeatures).
 func BenchmarkAgentVsDirect(b *testing.B) {
 	if b.N > 1 {
 		b.Skip("runs a fixed workload once; use -benchtime 1x")
@@ -74,6 +78,21 @@ func BenchmarkAgentVsDirect(b *testing.B) {
 			agentArgs: []string{"--listen-tls-cert", certFile, "--listen-tls-key", keyFile,
 				"--source-tls-ca", caFile, "--destination-tls-ca", caFile},
 		})
+	})
+	b.Run("kfake-blackhole-proxy-features", func(b *testing.B) {
+		// The PROXY-phase features' cost, on against off: eBPF byte
+		// counters need root and BTF.
+		c, err := bpf.NewEBPF()
+		if err != nil {
+			b.Skipf("eBPF cannot load here, the on agent would not start: %v", err)
+		}
+		c.Close()
+		cluster, err := embedded.Start(embedded.Partitions(partitions), embedded.KfakeOpts(kfake.BlackholeProduce()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer cluster.Close()
+		proxyFeatures(b, cluster.Bootstrap())
 	})
 	b.Run("apache-kafka", func(b *testing.B) {
 		cluster, err := kafka.Start(context.Background(), kafka.Brokers(3), kafka.Dir(b.TempDir()))
