@@ -5,11 +5,11 @@ import (
 	"errors"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -19,22 +19,37 @@ import (
 
 // unpositioned starts kfake clusters and a control plane (with opts) on
 // which topic, in PROXY, has no partition the replicator resumed copying:
-// the destination answers no ListOffsets until release is called, so the
-// time lag stays unknown and the time-lag gate refuses.
+// the destination answers every ListOffsets with a retriable error until
+// release is called, so the time lag stays unknown and the time-lag gate
+// refuses. An error, not a held request: a held ListOffsets would hold
+// the requests behind it on the replicator's connection, and with them,
+// some of the time, the topic's setup.
 func unpositioned(t *testing.T, ctx context.Context, topic string, opts ...Opt) (p *plane, release func()) {
 	t.Helper()
 	k := startKafka(t, ctx)
 	k.produce(t, ctx, topic, 10)
 	var hold atomic.Bool
 	hold.Store(true)
-	held := make(chan struct{})
 	kc := k.dst.Kfake()
-	kc.ControlKey(kmsg.ListOffsets.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+	kc.ControlKey(kmsg.ListOffsets.Int16(), func(r kmsg.Request) (kmsg.Response, error, bool) {
 		kc.KeepControl()
-		if hold.Load() {
-			kc.SleepControl(func() { <-held })
+		if !hold.Load() {
+			return nil, nil, false
 		}
-		return nil, nil, false
+		req := r.(*kmsg.ListOffsetsRequest)
+		resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewListOffsetsResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewListOffsetsResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = kerr.KafkaStorageError.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
 	})
 	p = startPlane(t, ctx, t.TempDir(), "", k, opts...)
 	if _, err := p.cp.AddTopic(ctx, TopicSpec{Name: topic, State: migration.Proxy}, "test"); err != nil {
@@ -48,10 +63,7 @@ func unpositioned(t *testing.T, ctx context.Context, topic string, opts ...Opt) 
 		}
 		return false
 	})
-	var once sync.Once
-	release = func() { once.Do(func() { hold.Store(false); close(held) }) }
-	t.Cleanup(release) // a test that fails first must not leave kfake asleep at its close
-	return p, release
+	return p, func() { hold.Store(false) }
 }
 
 // TestGateRefusesAPartitionNotCopyingYet: a partition the replicator has
