@@ -70,7 +70,7 @@ type clientConfig struct {
 	log        *slog.Logger
 	now        func() time.Time
 	delivered  func(topics []*batonv1.TopicDrain) // nil: nobody asks
-	findings   func() []*batonv1.Finding // nil: heartbeats carry none
+	findings   func() []*batonv1.Finding          // nil: heartbeats carry none
 }
 
 // OnRoutes sets the callback applying each TopicRoute response: version is
