@@ -194,7 +194,6 @@ type conn struct {
 	start       time.Time // the window's start; zero before the first produce
 	client      string
 	inflight    int64 // request bytes in flight, own count
-	inflightN   int
 	maxInflight int64 // the window's most
 	maxN        int
 	topics      map[string]*topicStats
@@ -277,12 +276,11 @@ func (c *conn) OnRequest(_ context.Context, x *filter.Exchange) filter.Status {
 	}
 	n := int64(len(x.RawReq))
 	c.inflight += n
-	c.inflightN++
 	if c.start.IsZero() {
 		c.start = now
 	}
-	c.noteInflightLocked(now)
 	c.pending = append(c.pending, counted{x, n})
+	c.noteInflightLocked(now)
 	if now.Sub(c.start) >= c.cfg.Window {
 		c.judgeLocked(now)
 	}
@@ -296,7 +294,6 @@ func (c *conn) OnResponse(_ context.Context, x *filter.Exchange) filter.Status {
 	c.mu.Lock()
 	if len(c.pending) > 0 && c.pending[0].x == x {
 		c.inflight -= c.pending[0].n
-		c.inflightN--
 		c.pending[0] = counted{}
 		c.pending = c.pending[1:]
 	}
@@ -320,7 +317,7 @@ func (c *conn) noteInflightLocked(now time.Time) {
 		}
 	}
 	c.maxInflight = max(c.maxInflight, b)
-	c.maxN = max(c.maxN, c.inflightN)
+	c.maxN = max(c.maxN, len(c.pending))
 }
 
 // judgeLocked ends the window: it reports every topic the producer falls
@@ -347,5 +344,5 @@ func (c *conn) judgeLocked(now time.Time) {
 	}
 	clear(c.topics)
 	c.start = now
-	c.maxInflight, c.maxN = c.inflight, c.inflightN
+	c.maxInflight, c.maxN = c.inflight, len(c.pending)
 }
