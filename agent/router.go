@@ -626,10 +626,11 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 		x.NoResponse = true
 		// acks=0: the source names no offsets; the control plane's
 		// attribution of these partitions is incomplete for this while.
+		now := time.Now()
 		for _, s := range ss {
 			if s.err == nil && s.s.up == r.src {
 				for _, i := range s.s.idx {
-					r.a.writes.unknown(parts[i].Topic, parts[i].Partition, time.Now())
+					r.a.writes.unknown(parts[i].Topic, parts[i].Partition, now)
 				}
 			}
 		}
