@@ -3,10 +3,12 @@ package agent_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/baton-kafka/baton/agent"
 	"github.com/baton-kafka/baton/bpf"
+	"github.com/baton-kafka/baton/internal/wait"
 )
 
 // countingDialer dials like kgo and counts each connection's bytes in
@@ -89,11 +92,20 @@ func TestByteCountersThroughAgent(t *testing.T) {
 				}
 			}
 			d.mu.Unlock()
-			st, ok := connStatOf(f.agent, prod.LocalAddr().String())
-			if !ok {
-				t.Fatalf("no agent connection from %s in %+v", prod.LocalAddr(), f.agent.ConnStats())
-			}
+			// The agent counts a write once it returns, which can be after
+			// the producer read the bytes: wait for the counts to settle.
+			var st agent.ConnStat
 			cs := prod.Stats()
+			wait.For(t, 10*time.Second, "the agent's counts to reach the producer's", func() string {
+				var ok bool
+				if st, ok = connStatOf(f.agent, prod.LocalAddr().String()); !ok {
+					return fmt.Sprintf("no agent connection from %s in %+v", prod.LocalAddr(), f.agent.ConnStats())
+				}
+				if cs = prod.Stats(); st.Sent != cs.Received || st.Received != cs.Sent || st.InFlight != 0 {
+					return fmt.Sprintf("agent %+v, producer %+v", st.Stats, cs)
+				}
+				return ""
+			})
 			t.Logf("agent (%s): %+v; producer: %+v", st.Impl, st, cs)
 			if st.Impl != c.want {
 				t.Errorf("connection counted in %q, want %q", st.Impl, c.want)
