@@ -106,7 +106,7 @@ func (a *Agent) applyRoutes(version uint64, trs []*batonv1.TopicRoute) error {
 // report (bypass detection, docs/design.md §12).
 func (a *Agent) leaseReport() (uint64, []*batonv1.TopicDrain) {
 	routes, _ := a.routes.Snapshot()
-	writes := a.writes.report()
+	writes, truncated := a.writes.report()
 	out := make([]*batonv1.TopicDrain, 0, len(routes))
 	for _, r := range routes {
 		n := a.inflight.count(r.Topic)
@@ -115,7 +115,7 @@ func (a *Agent) leaseReport() (uint64, []*batonv1.TopicDrain) {
 		ends := a.acked.of(r.Topic)
 		stopped := r.Target() != filter.Source
 		out = append(out, &batonv1.TopicDrain{Topic: r.Topic, InFlight: uint32(n), StoppedForwarding: stopped,
-			Drained: stopped && n == 0, AckedEnds: ends, Writes: writes[r.Topic]})
+			Drained: stopped && n == 0, AckedEnds: ends, Writes: writes[r.Topic], WritesTruncated: truncated})
 	}
 	return a.cp.applied.Load(), out
 }

@@ -144,11 +144,12 @@ func (p *partWrites) unknownLocked(from, until time.Time) {
 }
 
 // report returns, per topic, what to carry in the next heartbeat, at most
-// perReport ranges in all (lowest offsets first per partition). Topics no
-// route names any more are dropped.
-func (w *sourceWrites) report() map[string][]*batonv1.PartitionWrites {
+// perReport ranges in all (lowest offsets first per partition), and
+// whether that bound left some out. Topics no route names any more are
+// dropped.
+func (w *sourceWrites) report() (_ map[string][]*batonv1.PartitionWrites, truncated bool) {
 	if !w.on {
-		return nil
+		return nil, false
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -166,6 +167,7 @@ func (w *sourceWrites) report() map[string][]*batonv1.PartitionWrites {
 			pw := &batonv1.PartitionWrites{Partition: partition}
 			for _, r := range p.acked.Ranges() {
 				if budget == 0 {
+					truncated = true
 					break
 				}
 				pw.Acked = append(pw.Acked, &batonv1.OffsetRange{Start: r.Start, End: r.End})
@@ -179,7 +181,7 @@ func (w *sourceWrites) report() map[string][]*batonv1.PartitionWrites {
 			}
 		}
 	}
-	return out
+	return out, truncated
 }
 
 // delivered forgets what an answered heartbeat carried: its ranges, and

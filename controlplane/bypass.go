@@ -21,10 +21,14 @@ import (
 //
 // While a topic is PROXY (or MIGRATING), agents report with their
 // heartbeats the source offset ranges S acked to them; the replicator
-// tells what it reads from S.T. A data batch no agent's range covers
-// within the grace is a producer writing S.T around the agents: after the
-// cutover nobody would copy it. After COMPLETE, S.T's end offsets are
-// watched for a while: any growth is a write nobody copies.
+// tells what it reads from S.T. A batch is judged once every agent that
+// may have written it reported past it: one no agent's range covers then
+// is a producer writing S.T around the agents (after the cutover nobody
+// would copy it). An agent that does not report past it within the grace
+// (cut off, paused), or whose process was replaced before it did (killed),
+// makes the batch unattributable: counted, never reported. After
+// COMPLETE, S.T's end offsets are watched for a while: any growth is a
+// write nobody copies.
 
 // Defaults of bypass detection.
 const (
@@ -47,10 +51,12 @@ const (
 	maxUnknownSpans = 64
 )
 
-// BypassGrace sets how long after the replicator read a batch an agent's
-// report of it may still arrive (default: the lease, 5 s: an agent reports
-// with its next heartbeat, every lease/3, and a lost heartbeat's report
-// goes again with the next, so the lease covers two lost heartbeats).
+// BypassGrace sets how long a batch the replicator read from a PROXY
+// topic's source waits for every agent that may have written it to report
+// past it (default: twice the lease, 10 s). An agent reports with every
+// heartbeat (every lease/3), so one that is answered reports within
+// lease/3 + F; past the grace the batch is unattributable rather than a
+// guess.
 func BypassGrace(d time.Duration) Opt { return optFunc(func(c *config) { c.bypassGrace = d }) }
 
 // BypassWatch sets how long after COMPLETE S.T's end offsets are watched
@@ -85,7 +91,7 @@ func newBypassMetrics(reg prometheus.Registerer) (*bypassMetrics, error) {
 		unattributed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "baton_controlplane_bypass_records_total",
 			Help: "Records in the source of a PROXY topic that no agent reported writing: a producer bypasses the agents."}, []string{"topic"}),
 		unknown: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "baton_controlplane_bypass_unattributable_records_total",
-			Help: "Records no agent reported writing while an agent wrote offsets it never learned (acks=0, lost answers): not judged."}, []string{"topic"}),
+			Help: "Records no agent reported writing while an agent wrote offsets it never learned (acks=0, lost answers), did not report in time, or was replaced before it reported: not judged."}, []string{"topic"}),
 		afterComplete: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "baton_controlplane_source_written_after_complete_records_total",
 			Help: "Records written to the source of a topic after it reached COMPLETE: nobody copies them."}, []string{"topic"}),
 	}
@@ -103,7 +109,28 @@ type bypass struct {
 	proxy    map[string]*proxyWatch
 	complete map[string]*completeWatch
 	last     map[string]lastBypass
+	reports  map[string]*agentReports // by node id: its current process
+	replaced []replacedAgent
 }
+
+// agentReports is what the reports of one agent process tell: how far its
+// writes are reported, and its clock against the control plane's.
+type agentReports struct {
+	incarnation uint64
+	// through: every write this process was answered about before it is
+	// in a report received (the control plane's clock, conservatively).
+	through time.Time
+	// offLow <= the control plane's clock minus the agent's <= offHigh,
+	// once known: offLow from the last answer's server time and when the
+	// agent got it, offHigh from a heartbeat's send and receive times.
+	offLow, offHigh           time.Duration
+	offLowKnown, offHighKnown bool
+}
+
+// replacedAgent is an agent process another process replaced under the
+// same node id: its writes after through were never reported, and it
+// wrote none appended after expires + F.
+type replacedAgent struct{ through, expires time.Time }
 
 type lastBypass struct {
 	at   time.Time
@@ -113,6 +140,9 @@ type lastBypass struct {
 type proxyWatch struct {
 	parts map[int32]*attribution
 	ready bool // start offsets known
+	// began is before the start offsets were read: what is judged was
+	// appended after it.
+	began time.Time
 }
 
 // attribution is one partition's: what agents acked, what the replicator
@@ -126,9 +156,12 @@ type attribution struct {
 	evented map[int64]time.Time // producer id -> last event
 }
 
+// sourceRead is a run of batches of one producer read from S: appended
+// after after (zero: unknown), and seen in S by first (the first batch)
+// and last (the last).
 type sourceRead struct {
-	start, end, pid int64
-	after, at       time.Time
+	start, end, pid    int64
+	after, first, last time.Time
 }
 
 type timeSpan struct{ from, until time.Time }
@@ -141,7 +174,8 @@ type completeWatch struct {
 }
 
 func newBypass() *bypass {
-	return &bypass{proxy: map[string]*proxyWatch{}, complete: map[string]*completeWatch{}, last: map[string]lastBypass{}}
+	return &bypass{proxy: map[string]*proxyWatch{}, complete: map[string]*completeWatch{}, last: map[string]lastBypass{},
+		reports: map[string]*agentReports{}}
 }
 
 func (w *proxyWatch) part(p int32) *attribution {
@@ -180,8 +214,8 @@ func (cp *ControlPlane) noteSourceRead(r replicator.SourceRead) {
 	}
 	if n := len(a.pending); n > 0 {
 		last := &a.pending[n-1]
-		if last.pid == r.ProducerID && last.end == r.BaseOffset && r.Seen.Sub(last.at) < time.Second {
-			last.end = r.End // one producer's run of batches: one entry
+		if last.pid == r.ProducerID && last.end == r.BaseOffset && r.Seen.Sub(last.first) < time.Second {
+			last.end, last.last = r.End, maxTime(last.last, r.Seen) // one producer's run of batches: one entry
 			return
 		}
 	}
@@ -192,25 +226,62 @@ func (cp *ControlPlane) noteSourceRead(r replicator.SourceRead) {
 		a.judged = max(a.judged, drop.end)
 		cp.bypassMetrics.unknown.WithLabelValues(r.Topic).Add(float64(drop.end - drop.start))
 	}
-	// The grace counts from when the batch was known to be in S (an agent
-	// was answered about then), not from when the copy got to it.
-	a.pending = append(a.pending, sourceRead{start: r.BaseOffset, end: r.End, pid: r.ProducerID, after: r.After, at: r.Seen})
+	// Reports are awaited from when the batch was known to be in S (an
+	// agent was answered about then), not from when the copy got to it.
+	a.pending = append(a.pending, sourceRead{start: r.BaseOffset, end: r.End, pid: r.ProducerID, after: r.After, first: r.Seen, last: r.Seen})
 }
 
 // noteWrites takes an agent's heartbeat report of what it wrote: its acked
 // ranges, and its spans of unknown offsets moved to the control plane's
-// clock (by the heartbeat's send time) and widened by F on both sides (an
-// acks=0 write is appended up to F after it was sent).
-func (cp *ControlPlane) noteWrites(now time.Time, sentAt time.Time, topics []*batonv1.TopicDrain) {
-	skew := time.Duration(0)
-	if !sentAt.IsZero() {
-		skew = now.Sub(sentAt)
-	}
+// clock (within the bounds its heartbeats give on the agent's clock) and
+// widened by F on both sides (an acks=0 write is appended up to F after it
+// was sent); and how far its reports now reach. prevExpires is the
+// agent's lease expiry before this heartbeat.
+func (cp *ControlPlane) noteWrites(now time.Time, req *batonv1.HeartbeatRequest, prevExpires time.Time) {
 	f := cp.cfg.forward
 	b := cp.byp
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for _, d := range topics {
+	ar := b.reports[req.GetNodeId()]
+	if ar == nil || ar.incarnation != req.GetIncarnation() {
+		if ar != nil {
+			// A new process under the node id: what the last one wrote
+			// after its last report is lost.
+			b.replaced = append(b.replaced, replacedAgent{through: ar.through, expires: prevExpires})
+		}
+		ar = &agentReports{incarnation: req.GetIncarnation()}
+		b.reports[req.GetNodeId()] = ar
+	}
+	sentAt := req.GetSentAt()
+	if sentAt != nil {
+		if d := now.Sub(sentAt.AsTime()); !ar.offHighKnown || d < ar.offHigh {
+			ar.offHigh, ar.offHighKnown = d, true
+		}
+	}
+	if srv, got := req.GetLastServerTime(), req.GetLastAnsweredAt(); srv != nil && got != nil {
+		if d := srv.AsTime().Sub(got.AsTime()); !ar.offLowKnown || d > ar.offLow {
+			ar.offLow, ar.offLowKnown = d, true
+		}
+	}
+	if ar.offLowKnown && ar.offHighKnown && ar.offLow > ar.offHigh {
+		// The agent's clock jumped: start over.
+		ar.offLowKnown, ar.offHighKnown = false, false
+	}
+	truncated := false
+	for _, d := range req.GetTopics() {
+		truncated = truncated || d.GetWritesTruncated()
+	}
+	if sentAt != nil && ar.offLowKnown && !truncated {
+		ar.through = maxTime(ar.through, sentAt.AsTime().Add(ar.offLow))
+	}
+	lo, hi := ar.offLow, ar.offHigh
+	if !ar.offHighKnown {
+		hi = 0
+	}
+	if !ar.offLowKnown {
+		lo = hi - cp.cfg.lease
+	}
+	for _, d := range req.GetTopics() {
 		w := b.proxy[d.GetTopic()]
 		if w == nil {
 			continue
@@ -227,7 +298,7 @@ func (cp *ControlPlane) noteWrites(now time.Time, sentAt time.Time, topics []*ba
 				a.addUnknown(timeSpan{now.Add(-cp.bypassGrace() - f), now.Add(f)})
 			}
 			if pw.GetUnknownFrom() != nil {
-				a.addUnknown(timeSpan{pw.GetUnknownFrom().AsTime().Add(skew - f), pw.GetUnknownUntil().AsTime().Add(skew + f)})
+				a.addUnknown(timeSpan{pw.GetUnknownFrom().AsTime().Add(lo - f), pw.GetUnknownUntil().AsTime().Add(hi + f)})
 			}
 		}
 	}
@@ -264,13 +335,13 @@ func (cp *ControlPlane) bypassGrace() time.Duration {
 	if cp.cfg.bypassGrace > 0 {
 		return cp.cfg.bypassGrace
 	}
-	return cp.cfg.lease
+	return 2 * cp.cfg.lease
 }
 
 // bypassLoop keeps the watches in step with the topics' states, judges
 // what the grace let through, and polls COMPLETE topics' source ends.
 func (cp *ControlPlane) bypassLoop() {
-	tick := min(cp.bypassGrace()/4, 250*time.Millisecond)
+	tick := min(cp.bypassGrace()/8, 250*time.Millisecond)
 	t := time.NewTicker(tick)
 	defer t.Stop()
 	for {
@@ -310,7 +381,7 @@ func (cp *ControlPlane) syncProxyWatches(topics []Topic) {
 		}
 		// Watching before reading the ends: a report of a write above
 		// them that lands meanwhile is kept.
-		w := &proxyWatch{parts: map[int32]*attribution{}}
+		w := &proxyWatch{parts: map[int32]*attribution{}, began: cp.now()}
 		b.proxy[name] = w
 		cp.wg.Add(1)
 		go func() {
@@ -352,9 +423,58 @@ func (cp *ControlPlane) startProxyWatch(name string, w *proxyWatch) {
 	}
 }
 
-// judge decides every batch read at least the grace ago.
+// writer is an agent process that may have written a batch: its newest
+// lease's expiry, how far its reports reach, and whether more may come.
+type writer struct {
+	expires, through time.Time
+	replaced         bool
+}
+
+// verdict is what is known of a batch's writers.
+type verdict int
+
+const (
+	verdictReported verdict = iota // every writer reported past it
+	verdictWait                    // a writer may still report it
+	verdictUnknown                 // a writer will never report it
+)
+
+// of judges sr (appended after after) against the writers.
+func (sr sourceRead) of(writers []writer, after time.Time, f time.Duration) verdict {
+	v := verdictReported
+	for _, w := range writers {
+		if w.expires.Add(f).Before(after) {
+			continue // its writes were all appended before this batch
+		}
+		// A write sent before expires is answered by expires + F, and one
+		// appended by last was sent before it: a report made after the
+		// earlier of the two plus F holds the write, or its unknown span.
+		if w.through.After(minTime(sr.last, w.expires).Add(f)) {
+			continue
+		}
+		if w.replaced {
+			return verdictUnknown
+		}
+		v = verdictWait
+	}
+	return v
+}
+
+// judge decides every batch its writers have reported past, and those the
+// grace ran out on.
 func (cp *ControlPlane) judge(now time.Time) {
-	grace := cp.bypassGrace()
+	grace, f := cp.bypassGrace(), cp.cfg.forward
+	cp.mu.Lock()
+	type lease struct {
+		node    string
+		expires time.Time
+	}
+	leases := make([]lease, 0, len(cp.agents))
+	for _, a := range cp.agents {
+		leases = append(leases, lease{a.Node, a.ExpiresAt})
+	}
+	cp.mu.Unlock()
+
 	type found struct {
 		topic string
 		info  BypassInfo
@@ -363,6 +483,20 @@ func (cp *ControlPlane) judge(now time.Time) {
 	var events []found
 	b := cp.byp
 	b.mu.Lock()
+	// A replaced process wrote nothing appended after its expiry + F:
+	// once every batch from before then is judged it is no writer.
+	b.replaced = slices.DeleteFunc(b.replaced, func(r replacedAgent) bool { return now.Sub(r.expires) > grace+f+DefaultBypassDedupe })
+	writers := make([]writer, 0, len(leases)+len(b.replaced))
+	for _, l := range leases {
+		w := writer{expires: l.expires}
+		if ar := b.reports[l.node]; ar != nil {
+			w.through = ar.through
+		}
+		writers = append(writers, w)
+	}
+	for _, r := range b.replaced {
+		writers = append(writers, writer{expires: r.expires, through: r.through, replaced: true})
+	}
 	for topic, w := range b.proxy {
 		if !w.ready {
 			continue
@@ -372,8 +506,19 @@ func (cp *ControlPlane) judge(now time.Time) {
 				continue // a partition added after the watch began
 			}
 			n := 0
-			for ; n < len(a.pending) && !now.Before(a.pending[n].at.Add(grace)); n++ {
+			for ; n < len(a.pending); n++ {
 				r := a.pending[n]
+				after := r.after
+				if after.IsZero() {
+					after = w.began
+				}
+				v := r.of(writers, after, f)
+				if v == verdictWait {
+					if now.Before(r.first.Add(grace)) {
+						break // judged in order: the next ones wait too
+					}
+					v = verdictUnknown // a writer that reports late is no evidence
+				}
 				from := max(r.start, a.judged)
 				if from >= r.end {
 					continue
@@ -383,7 +528,7 @@ func (cp *ControlPlane) judge(now time.Time) {
 				if missing == 0 {
 					continue
 				}
-				if a.incomplete(r.after, r.at) {
+				if v == verdictUnknown || a.incomplete(r.after, r.last) {
 					cp.bypassMetrics.unknown.WithLabelValues(topic).Add(float64(missing))
 					continue
 				}

@@ -24,6 +24,14 @@ import (
 // taking its routes and lease from the control plane at addr.
 func startRealAgent(t *testing.T, ctx context.Context, k *kafkaEnv, addr, id string) *agent.Agent {
 	t.Helper()
+	a, _ := startStoppableAgent(t, ctx, k, addr, id)
+	return a
+}
+
+// startStoppableAgent is startRealAgent with a stop that ends the agent's
+// process at once, as a kill does: no last heartbeat.
+func startStoppableAgent(t *testing.T, ctx context.Context, k *kafkaEnv, addr, id string) (*agent.Agent, func()) {
+	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -37,7 +45,8 @@ func startRealAgent(t *testing.T, ctx context.Context, k *kafkaEnv, addr, id str
 	actx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = a.Run(actx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	stop := func() { cancel(); <-done }
+	t.Cleanup(stop)
 	select {
 	case <-a.Ready():
 	case <-done:
@@ -45,7 +54,7 @@ func startRealAgent(t *testing.T, ctx context.Context, k *kafkaEnv, addr, id str
 	case <-ctx.Done():
 		t.Fatal("agent not serving")
 	}
-	return a
+	return a, stop
 }
 
 func producerTo(t *testing.T, addr string, opts ...kgo.Opt) *kgo.Client {

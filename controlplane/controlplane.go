@@ -642,10 +642,11 @@ func (cp *ControlPlane) Heartbeat(ctx context.Context, req *batonv1.HeartbeatReq
 		a = &Agent{Node: req.GetNodeId()}
 		cp.agents[a.Node] = a
 	}
+	prevExpires := a.ExpiresAt
 	a.Namespace, a.Workload, a.AckedVersion, a.LastHeartbeat = req.GetNamespace(), req.GetWorkload(), req.GetAckedVersion(), now
 	a.Topics = drainReports(req.GetTopics())
 	resp := &batonv1.HeartbeatResponse{Lease: durationpb.New(cp.cfg.lease), RequiredVersion: cp.version,
-		ForwardDeadline: durationpb.New(cp.cfg.forward)}
+		ForwardDeadline: durationpb.New(cp.cfg.forward), ServerTime: timestamppb.New(now)}
 	if req.GetAckedVersion() < cp.version {
 		a.Refused = fmt.Sprintf("acked version %d is below the current config version %d: apply it first", req.GetAckedVersion(), cp.version)
 		resp.Reason = a.Refused
@@ -661,11 +662,7 @@ func (cp *ControlPlane) Heartbeat(ctx context.Context, req *batonv1.HeartbeatReq
 		cp.dirty[a.Node] = true
 	}
 	cp.mu.Unlock()
-	var sentAt time.Time
-	if req.GetSentAt() != nil {
-		sentAt = req.GetSentAt().AsTime()
-	}
-	cp.noteWrites(now, sentAt, req.GetTopics())
+	cp.noteWrites(now, req, prevExpires)
 	if fs := req.GetFindings(); len(fs) > 0 {
 		cp.noteFindings(ctx, a.Node, fs, now)
 	}

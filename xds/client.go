@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"sync"
@@ -592,7 +593,10 @@ type LeaseKeeper struct {
 	validUntil time.Time
 	lease      time.Duration
 	last       *batonv1.HeartbeatResponse
-	renewed    chan struct{} // closed, and replaced, at every granted heartbeat
+	// lastAnsweredAt is when last arrived, if it carried server_time.
+	lastAnsweredAt time.Time
+	incarnation    uint64
+	renewed        chan struct{} // closed, and replaced, at every granted heartbeat
 }
 
 // NewLeaseKeeper returns a keeper for node; report is called for every
@@ -607,7 +611,7 @@ func NewLeaseKeeper(conn grpc.ClientConnInterface, node *core.Node,
 		return nil, fmt.Errorf("%w: node id and report are required", ErrBadConfig)
 	}
 	k := &LeaseKeeper{cfg: cfg, client: batonv1.NewLeaseClient(conn), node: node, report: report, lease: migration.DefaultLease, // until the first grant says otherwise
-		renewed: make(chan struct{})}
+		renewed: make(chan struct{}), incarnation: rand.Uint64() | 1}
 	if t, ok := conn.(interface{ Target() string }); ok {
 		k.target = t.Target()
 	}
@@ -640,6 +644,10 @@ func (k *LeaseKeeper) Last() *batonv1.HeartbeatResponse {
 // Heartbeat sends one heartbeat and, if granted, extends the lease to
 // send time + lease.
 func (k *LeaseKeeper) Heartbeat(ctx context.Context) (*batonv1.HeartbeatResponse, error) {
+	// Stamped before the report is made: the report then holds every
+	// write answered before sent_at (bypass detection relies on it), and
+	// the lease clock starts no later than the request.
+	sent := k.cfg.now()
 	acked, topics := k.report()
 	ns, wl := nodeLabels(k.node)
 	var findings []*batonv1.Finding
@@ -647,18 +655,27 @@ func (k *LeaseKeeper) Heartbeat(ctx context.Context) (*batonv1.HeartbeatResponse
 		findings = k.cfg.findings()
 		findings = findings[:min(len(findings), MaxFindings)]
 	}
-	sent := k.cfg.now()
-	resp, err := k.client.Heartbeat(ctx, &batonv1.HeartbeatRequest{NodeId: k.node.GetId(), Namespace: ns, Workload: wl,
-		AckedVersion: acked, Topics: topics, SentAt: timestamppb.New(sent), Findings: findings})
+	req := &batonv1.HeartbeatRequest{NodeId: k.node.GetId(), Namespace: ns, Workload: wl,
+		AckedVersion: acked, Topics: topics, SentAt: timestamppb.New(sent), Findings: findings, Incarnation: k.incarnation}
+	k.mu.Lock()
+	if !k.lastAnsweredAt.IsZero() {
+		req.LastServerTime, req.LastAnsweredAt = k.last.GetServerTime(), timestamppb.New(k.lastAnsweredAt)
+	}
+	k.mu.Unlock()
+	resp, err := k.client.Heartbeat(ctx, req)
 	if err != nil {
 		return nil, err
 	}
+	answered := k.cfg.now()
 	if k.cfg.delivered != nil {
 		k.cfg.delivered(topics)
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.last = resp
+	if resp.GetServerTime() != nil {
+		k.lastAnsweredAt = answered
+	}
 	if d := resp.GetLease(); d != nil && d.AsDuration() > 0 {
 		k.lease = d.AsDuration()
 	}

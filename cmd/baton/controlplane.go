@@ -65,7 +65,7 @@ alter ACLs.`,
 				return fmt.Errorf("--bypass-watch: %v is negative (0 turns the watch off)", bypassWatch)
 			}
 			if bypassGrace < 0 {
-				return fmt.Errorf("--bypass-grace: %v is negative (0: the lease)", bypassGrace)
+				return fmt.Errorf("--bypass-grace: %v is negative (0: twice the lease)", bypassGrace)
 			}
 			if forgottenWindow < 0 {
 				return fmt.Errorf("--gate-forgotten-producer-window: %v is negative (0 turns the gate off)", forgottenWindow)
@@ -201,7 +201,7 @@ alter ACLs.`,
 	f.DurationVar(&forward, "forward-deadline", migration.DefaultForwardDeadline, "forward deadline F (below the lease)")
 	f.DurationVar(&timeout, "cutover-timeout", controlplane.DefaultCutoverTimeout, "bound of every cutover wait; gate: lag <= timeout/4")
 	f.DurationVar(&bypassWatch, "bypass-watch", controlplane.DefaultBypassWatch, "how long after COMPLETE the source's end offsets are watched for writes that bypass the agents (0: off)")
-	f.DurationVar(&bypassGrace, "bypass-grace", 0, "how long after the replicator reads a batch from a PROXY topic's source an agent's report of it may arrive before the batch counts as a bypass (default: the lease)")
+	f.DurationVar(&bypassGrace, "bypass-grace", 0, "how long a batch read from a PROXY topic's source waits for every agent that may have written it to report past it; past it the batch is unattributable, never a bypass (default: twice the lease)")
 	f.DurationVar(&forgottenWindow, "gate-forgotten-producer-window", controlplane.DefaultForgottenProducerWindow,
 		"the forgotten-producer cutover gate refuses a topic written by a producer that bypassed the agents within this window (0: gate off)")
 	f.StringVar(&admin, "admin", "", "address of /metrics, the control plane's and its replicator's, e.g. 127.0.0.1:9406 (default: off)")

@@ -45,9 +45,13 @@ type TopicDrain struct {
 	// writes: per partition, what the agent wrote to the source since its
 	// last acknowledged report, for bypass detection (docs/design.md §12).
 	// A heartbeat that fails is followed by one carrying the same again.
-	Writes        []*PartitionWrites `protobuf:"bytes,6,rep,name=writes,proto3" json:"writes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Writes []*PartitionWrites `protobuf:"bytes,6,rep,name=writes,proto3" json:"writes,omitempty"`
+	// writes_truncated: the heartbeat's bound on ranges left some of the
+	// agent's writes for the next heartbeats, so this report does not hold
+	// everything the agent knew when it was made.
+	WritesTruncated bool `protobuf:"varint,7,opt,name=writes_truncated,json=writesTruncated,proto3" json:"writes_truncated,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *TopicDrain) Reset() {
@@ -120,6 +124,13 @@ func (x *TopicDrain) GetWrites() []*PartitionWrites {
 		return x.Writes
 	}
 	return nil
+}
+
+func (x *TopicDrain) GetWritesTruncated() bool {
+	if x != nil {
+		return x.WritesTruncated
+	}
+	return false
 }
 
 // OffsetRange is the source offsets [start, end).
@@ -261,15 +272,25 @@ type HeartbeatRequest struct {
 	// acked_version is the newest config version the agent applied.
 	AckedVersion uint64        `protobuf:"varint,4,opt,name=acked_version,json=ackedVersion,proto3" json:"acked_version,omitempty"`
 	Topics       []*TopicDrain `protobuf:"bytes,5,rep,name=topics,proto3" json:"topics,omitempty"`
-	// sent_at is when the agent sent this request; its lease clock starts
-	// here, so its view of expiry is never later than the control plane's.
+	// sent_at is when the agent sent this request, taken before its report
+	// was made: its lease clock starts here, so its view of expiry is never
+	// later than the control plane's, and the report holds every write the
+	// agent was answered about before it.
 	SentAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=sent_at,json=sentAt,proto3" json:"sent_at,omitempty"`
 	// findings are the agent's open findings (at most 32, the most recently
 	// seen first), sent again with every heartbeat until they are resolved
 	// or age out on the agent.
-	Findings      []*Finding `protobuf:"bytes,7,rep,name=findings,proto3" json:"findings,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Findings []*Finding `protobuf:"bytes,7,rep,name=findings,proto3" json:"findings,omitempty"`
+	// incarnation is random per agent process: a new one under the same
+	// node id means the last process's unreported writes are lost.
+	Incarnation uint64 `protobuf:"varint,8,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// last_server_time is the server_time of the last answer this process
+	// got, and last_answered_at when it got it (the agent's clock): the
+	// control plane bounds the agent's clock against its own with them.
+	LastServerTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=last_server_time,json=lastServerTime,proto3" json:"last_server_time,omitempty"`
+	LastAnsweredAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=last_answered_at,json=lastAnsweredAt,proto3" json:"last_answered_at,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *HeartbeatRequest) Reset() {
@@ -347,6 +368,27 @@ func (x *HeartbeatRequest) GetSentAt() *timestamppb.Timestamp {
 func (x *HeartbeatRequest) GetFindings() []*Finding {
 	if x != nil {
 		return x.Findings
+	}
+	return nil
+}
+
+func (x *HeartbeatRequest) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+func (x *HeartbeatRequest) GetLastServerTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastServerTime
+	}
+	return nil
+}
+
+func (x *HeartbeatRequest) GetLastAnsweredAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastAnsweredAt
 	}
 	return nil
 }
@@ -465,8 +507,10 @@ type HeartbeatResponse struct {
 	// be granted a lease.
 	RequiredVersion uint64               `protobuf:"varint,6,opt,name=required_version,json=requiredVersion,proto3" json:"required_version,omitempty"`
 	ForwardDeadline *durationpb.Duration `protobuf:"bytes,7,opt,name=forward_deadline,json=forwardDeadline,proto3" json:"forward_deadline,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// server_time is the control plane's clock when it answered.
+	ServerTime    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=server_time,json=serverTime,proto3" json:"server_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HeartbeatResponse) Reset() {
@@ -548,11 +592,18 @@ func (x *HeartbeatResponse) GetForwardDeadline() *durationpb.Duration {
 	return nil
 }
 
+func (x *HeartbeatResponse) GetServerTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ServerTime
+	}
+	return nil
+}
+
 var File_baton_v1_lease_proto protoreflect.FileDescriptor
 
 const file_baton_v1_lease_proto_rawDesc = "" +
 	"\n" +
-	"\x14baton/v1/lease.proto\x12\bbaton.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbd\x02\n" +
+	"\x14baton/v1/lease.proto\x12\bbaton.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe8\x02\n" +
 	"\n" +
 	"TopicDrain\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1b\n" +
@@ -561,7 +612,8 @@ const file_baton_v1_lease_proto_rawDesc = "" +
 	"\adrained\x18\x04 \x01(\bR\adrained\x12B\n" +
 	"\n" +
 	"acked_ends\x18\x05 \x03(\v2#.baton.v1.TopicDrain.AckedEndsEntryR\tackedEnds\x121\n" +
-	"\x06writes\x18\x06 \x03(\v2\x19.baton.v1.PartitionWritesR\x06writes\x1a<\n" +
+	"\x06writes\x18\x06 \x03(\v2\x19.baton.v1.PartitionWritesR\x06writes\x12)\n" +
+	"\x10writes_truncated\x18\a \x01(\bR\x0fwritesTruncated\x1a<\n" +
 	"\x0eAckedEndsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"5\n" +
@@ -572,7 +624,7 @@ const file_baton_v1_lease_proto_rawDesc = "" +
 	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12+\n" +
 	"\x05acked\x18\x02 \x03(\v2\x15.baton.v1.OffsetRangeR\x05acked\x12=\n" +
 	"\funknown_from\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\vunknownFrom\x12?\n" +
-	"\runknown_until\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\funknownUntil\"\x9c\x02\n" +
+	"\runknown_until\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\funknownUntil\"\xca\x03\n" +
 	"\x10HeartbeatRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1a\n" +
@@ -580,7 +632,11 @@ const file_baton_v1_lease_proto_rawDesc = "" +
 	"\racked_version\x18\x04 \x01(\x04R\fackedVersion\x12,\n" +
 	"\x06topics\x18\x05 \x03(\v2\x14.baton.v1.TopicDrainR\x06topics\x123\n" +
 	"\asent_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x06sentAt\x12-\n" +
-	"\bfindings\x18\a \x03(\v2\x11.baton.v1.FindingR\bfindings\"\xfa\x01\n" +
+	"\bfindings\x18\a \x03(\v2\x11.baton.v1.FindingR\bfindings\x12 \n" +
+	"\vincarnation\x18\b \x01(\x04R\vincarnation\x12D\n" +
+	"\x10last_server_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x0elastServerTime\x12D\n" +
+	"\x10last_answered_at\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\x0elastAnsweredAt\"\xfa\x01\n" +
 	"\aFinding\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x1b\n" +
@@ -589,7 +645,7 @@ const file_baton_v1_lease_proto_rawDesc = "" +
 	"\x06detail\x18\x05 \x01(\tR\x06detail\x129\n" +
 	"\n" +
 	"first_seen\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tfirstSeen\x127\n" +
-	"\tlast_seen\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\"\xdd\x02\n" +
+	"\tlast_seen\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\"\x9a\x03\n" +
 	"\x11HeartbeatResponse\x12\x18\n" +
 	"\agranted\x18\x01 \x01(\bR\agranted\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x129\n" +
@@ -599,7 +655,9 @@ const file_baton_v1_lease_proto_rawDesc = "" +
 	"expires_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12/\n" +
 	"\x05lease\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x12)\n" +
 	"\x10required_version\x18\x06 \x01(\x04R\x0frequiredVersion\x12D\n" +
-	"\x10forward_deadline\x18\a \x01(\v2\x19.google.protobuf.DurationR\x0fforwardDeadline2M\n" +
+	"\x10forward_deadline\x18\a \x01(\v2\x19.google.protobuf.DurationR\x0fforwardDeadline\x12;\n" +
+	"\vserver_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"serverTime2M\n" +
 	"\x05Lease\x12D\n" +
 	"\tHeartbeat\x12\x1a.baton.v1.HeartbeatRequest\x1a\x1b.baton.v1.HeartbeatResponseB3Z1github.com/baton-kafka/baton/api/baton/v1;batonv1b\x06proto3"
 
@@ -636,19 +694,22 @@ var file_baton_v1_lease_proto_depIdxs = []int32{
 	0,  // 5: baton.v1.HeartbeatRequest.topics:type_name -> baton.v1.TopicDrain
 	7,  // 6: baton.v1.HeartbeatRequest.sent_at:type_name -> google.protobuf.Timestamp
 	4,  // 7: baton.v1.HeartbeatRequest.findings:type_name -> baton.v1.Finding
-	7,  // 8: baton.v1.Finding.first_seen:type_name -> google.protobuf.Timestamp
-	7,  // 9: baton.v1.Finding.last_seen:type_name -> google.protobuf.Timestamp
-	7,  // 10: baton.v1.HeartbeatResponse.granted_at:type_name -> google.protobuf.Timestamp
-	7,  // 11: baton.v1.HeartbeatResponse.expires_at:type_name -> google.protobuf.Timestamp
-	8,  // 12: baton.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
-	8,  // 13: baton.v1.HeartbeatResponse.forward_deadline:type_name -> google.protobuf.Duration
-	3,  // 14: baton.v1.Lease.Heartbeat:input_type -> baton.v1.HeartbeatRequest
-	5,  // 15: baton.v1.Lease.Heartbeat:output_type -> baton.v1.HeartbeatResponse
-	15, // [15:16] is the sub-list for method output_type
-	14, // [14:15] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	7,  // 8: baton.v1.HeartbeatRequest.last_server_time:type_name -> google.protobuf.Timestamp
+	7,  // 9: baton.v1.HeartbeatRequest.last_answered_at:type_name -> google.protobuf.Timestamp
+	7,  // 10: baton.v1.Finding.first_seen:type_name -> google.protobuf.Timestamp
+	7,  // 11: baton.v1.Finding.last_seen:type_name -> google.protobuf.Timestamp
+	7,  // 12: baton.v1.HeartbeatResponse.granted_at:type_name -> google.protobuf.Timestamp
+	7,  // 13: baton.v1.HeartbeatResponse.expires_at:type_name -> google.protobuf.Timestamp
+	8,  // 14: baton.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
+	8,  // 15: baton.v1.HeartbeatResponse.forward_deadline:type_name -> google.protobuf.Duration
+	7,  // 16: baton.v1.HeartbeatResponse.server_time:type_name -> google.protobuf.Timestamp
+	3,  // 17: baton.v1.Lease.Heartbeat:input_type -> baton.v1.HeartbeatRequest
+	5,  // 18: baton.v1.Lease.Heartbeat:output_type -> baton.v1.HeartbeatResponse
+	18, // [18:19] is the sub-list for method output_type
+	17, // [17:18] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_baton_v1_lease_proto_init() }
