@@ -46,7 +46,13 @@ const (
 	// DefaultHeap is each node's JVM -Xmx.
 	DefaultHeap = "512m"
 	// DefaultStartTimeout bounds Start when its context has no deadline.
-	DefaultStartTimeout = 2 * time.Minute
+	// It is wide: a loaded machine can take minutes, and a start that is
+	// stuck fails sooner, at StartStall.
+	DefaultStartTimeout = 10 * time.Minute
+	// StartStall fails a start that is not ready and whose nodes have
+	// logged nothing for this long: progress, not the machine's speed,
+	// decides how long a start may take.
+	StartStall = 90 * time.Second
 	// StopGrace is how long Stop waits after SIGTERM before SIGKILL.
 	StopGrace = 20 * time.Second
 )

@@ -231,7 +231,8 @@ func startNode(cfg config, dir, java, cp string, nd Node) (*proc, error) {
 	return p, nil
 }
 
-// waitReady polls until Ready succeeds, a node exits, or ctx ends.
+// waitReady polls until Ready succeeds, a node exits, the nodes log
+// nothing for StartStall, or ctx ends.
 func (c *Cluster) waitReady(ctx context.Context) error {
 	cl, err := c.client()
 	if err != nil {
@@ -240,6 +241,7 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 	defer cl.Close()
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
+	logged, progressAt := int64(-1), time.Now()
 	for {
 		for i, p := range c.procs {
 			if ok, werr := p.exited(); ok {
@@ -250,12 +252,29 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 		if err == nil {
 			return nil
 		}
+		if n := c.loggedBytes(); n != logged {
+			logged, progressAt = n, time.Now()
+		} else if time.Since(progressAt) > StartStall {
+			return fmt.Errorf("kafka: cluster at %s not ready and its nodes logged nothing for %v (last: %v)", c.Bootstrap(), StartStall, err)
+		}
 		select {
 		case <-tick.C:
 		case <-ctx.Done():
 			return fmt.Errorf("kafka: cluster at %s not ready: %w (last: %v)", c.Bootstrap(), ctx.Err(), err)
 		}
 	}
+}
+
+// loggedBytes is the size of every node's log together: it grows while
+// the nodes make progress.
+func (c *Cluster) loggedBytes() int64 {
+	var n int64
+	for _, nd := range c.nodes {
+		if fi, err := os.Stat(nd.Log()); err == nil {
+			n += fi.Size()
+		}
+	}
+	return n
 }
 
 func (c *Cluster) client() (*kgo.Client, error) {
