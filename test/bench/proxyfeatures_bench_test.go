@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -50,13 +52,23 @@ func proxyFeatures(b *testing.B, bootstrap string) {
 	bin := buildBaton(b)
 	createTopic(b, bootstrap, "bench", 1)
 	rounds := 3
+	if n, err := strconv.Atoi(os.Getenv("BATON_BENCH_PROXY_ROUNDS")); err == nil && n > 0 {
+		rounds = n // more rounds narrow the paired ratios' spread
+	}
 	if testing.Short() {
 		rounds = 1
+	}
+	// perRound[v][r] is variant v's throughput in round r: ratios within a
+	// round compare agents measured minutes apart at most.
+	perRound := make([][]float64, len(vs))
+	for i := range perRound {
+		perRound[i] = make([]float64, rounds)
 	}
 	emulated := 0.0
 	for round := range rounds {
 		for i := range vs {
-			v := vs[(i+round)%len(vs)]
+			vi := (i + round) % len(vs)
+			v := vs[vi]
 			admin := freeAddr(b)
 			addr, pid, stop := startAgentProcess(b, bin, bootstrap, append(v.args, "--admin", admin)...)
 			if v.name == "on" {
@@ -70,6 +82,7 @@ func proxyFeatures(b *testing.B, bootstrap string) {
 			cpu0 := processCPU(b, pid)
 			t := throughput(b, addr, nil)
 			v.mbps += t.mbps / float64(rounds)
+			perRound[vi][round] = t.mbps
 			v.cpuPerGiB += (processCPU(b, pid) - cpu0).Seconds() / (float64(t.bytes) / (1 << 30)) / float64(rounds)
 			p50, p99 := latency(b, addr, nil)
 			v.p50, v.p99 = v.p50+p50/time.Duration(rounds), v.p99+p99/time.Duration(rounds)
@@ -105,6 +118,10 @@ func proxyFeatures(b *testing.B, bootstrap string) {
 	row(fmt.Sprintf("p50 ms (%d rec/s)", latencyRate), func(p *path) string { return fmt.Sprintf("%.2f", ms(p.p50)) })
 	row("p99 ms", func(p *path) string { return fmt.Sprintf("%.2f", ms(p.p99)) })
 	fmt.Fprintf(&t, "\nresponses the on agent's latency filter delayed: %.0f\n", emulated)
+	onOff, aa2 := pairedRatios(perRound[1], perRound[0]), pairedRatios(perRound[2], perRound[0])
+	fmt.Fprintf(&t, "per-round throughput ratios, median [min, max]: on/off %s, A/A (off-again/off) %s\n", onOff, aa2)
+	b.ReportMetric(onOff.median, "on/off-median-round-ratio")
+	b.ReportMetric(aa2.median, "A/A-median-round-ratio")
 	fmt.Fprint(os.Stderr, t.String())
 }
 
@@ -143,4 +160,25 @@ func metricValue(exposition, name string) float64 {
 		}
 	}
 	return 0
+}
+
+// ratioSpread is the median, least and greatest of per-round ratios.
+type ratioSpread struct{ median, min, max float64 }
+
+func (r ratioSpread) String() string {
+	return fmt.Sprintf("%.3f [%.3f, %.3f]", r.median, r.min, r.max)
+}
+
+// pairedRatios is a[i]/b[i] over the rounds.
+func pairedRatios(a, b []float64) ratioSpread {
+	rs := make([]float64, len(a))
+	for i := range a {
+		rs[i] = a[i] / b[i]
+	}
+	slices.Sort(rs)
+	m := rs[len(rs)/2]
+	if len(rs)%2 == 0 {
+		m = (rs[len(rs)/2-1] + rs[len(rs)/2]) / 2
+	}
+	return ratioSpread{median: m, min: rs[0], max: rs[len(rs)-1]}
 }
