@@ -56,10 +56,13 @@ type config struct {
 	latencyRefresh time.Duration
 	// forgottenWindow: gates.go.
 	forgottenWindow time.Duration
-	bypassGrace     time.Duration // 0: the lease
+	bypassGrace     time.Duration // 0: twice the lease
 	bypassWatch     time.Duration
-	bypassPoll      time.Duration
-	registry        prometheus.Registerer
+	// replica and takeover: leader.go.
+	replica    string
+	takeover   time.Duration
+	bypassPoll time.Duration
+	registry   prometheus.Registerer
 }
 
 // WithStore sets the state store (required).
@@ -74,6 +77,16 @@ func WithReplication(r Replication) Opt { return optFunc(func(c *config) { c.rep
 
 // WithGuard sets the destination write guard (default NoGuard).
 func WithGuard(g WriteGuard) Opt { return optFunc(func(c *config) { c.guard = g }) }
+
+// ReplicaID names this control plane among replicas on one etcd: it is
+// recorded with every lease it grants (default: none).
+func ReplicaID(id string) Opt { return optFunc(func(c *config) { c.replica = id }) }
+
+// TakeoverMargin is how long after this control plane started a replica
+// that led before it may still have granted leases (its etcd session's
+// TTL: it stops within that): every known agent counts as granted a lease
+// that late (default 0, for a single control plane).
+func TakeoverMargin(d time.Duration) Opt { return optFunc(func(c *config) { c.takeover = d }) }
 
 // LeaseDuration sets the agents' lease (default 5 s).
 func LeaseDuration(d time.Duration) Opt { return optFunc(func(c *config) { c.lease = d }) }
@@ -221,8 +234,8 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 		// grant: it is stored at its first heartbeat, usually refused (it
 		// had not applied the routes yet), and the grants that followed
 		// may all have been after the last flush.
-		if a.GrantedAt.Before(start) {
-			a.GrantedAt, a.ExpiresAt = start, start.Add(cfg.lease)
+		if at := start.Add(cfg.takeover); a.GrantedAt.Before(at) {
+			a.GrantedAt, a.ExpiresAt = at, at.Add(cfg.lease)
 		}
 		cp.agents[a.Node] = &a
 	}
@@ -652,7 +665,9 @@ func (cp *ControlPlane) Heartbeat(ctx context.Context, req *batonv1.HeartbeatReq
 		resp.Reason = a.Refused
 	} else {
 		a.Refused = ""
-		a.GrantedAt, a.ExpiresAt = now, now.Add(cp.cfg.lease)
+		// Never earlier than a grant counted at a takeover (New).
+		a.GrantedAt, a.Replica = maxTime(a.GrantedAt, now), cp.cfg.replica
+		a.ExpiresAt = a.GrantedAt.Add(cp.cfg.lease)
 		resp.Granted, resp.GrantedAt, resp.ExpiresAt = true, timestamppb.New(now), timestamppb.New(a.ExpiresAt)
 	}
 	close(cp.changed)

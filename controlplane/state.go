@@ -63,6 +63,9 @@ var (
 	// ErrGuardPrincipal: the replicator's principal cannot be told from
 	// producers (User:ANONYMOUS); the write guard refuses to run.
 	ErrGuardPrincipal = errors.New("controlplane: destination write guard: unusable replicator principal")
+	// ErrNotLeader: this control plane's leader term ended (another
+	// replica was elected): it wrote nothing and must stop.
+	ErrNotLeader = errors.New("controlplane: not the leader")
 	// ErrNotReady: the replicator has not set the topic up yet.
 	ErrNotReady = errors.New("controlplane: replication of the topic is not ready")
 	// errTimedOut: a cutover wait passed the deadline.

@@ -55,6 +55,44 @@ type EtcdStore struct {
 	mu   sync.Mutex
 	seq  uint64
 	once sync.Once
+
+	fenceMu sync.Mutex
+	fence   *clientv3.Cmp // set by Campaign: every write needs this term's leader key
+}
+
+// Endpoints returns the etcd endpoints the store talks to.
+func (s *EtcdStore) Endpoints() []string { return s.cli.Endpoints() }
+
+// write commits ops in one transaction, only while this store's leader
+// term holds (when it campaigned): ErrNotLeader after it ended.
+func (s *EtcdStore) write(ctx context.Context, ops ...clientv3.Op) error {
+	r, err := s.cli.Txn(ctx).If(s.fenceCmps()...).Then(ops...).Commit()
+	if err != nil {
+		return err
+	}
+	if !r.Succeeded {
+		return ErrNotLeader
+	}
+	return nil
+}
+
+func (s *EtcdStore) fenceCmps() []clientv3.Cmp {
+	s.fenceMu.Lock()
+	defer s.fenceMu.Unlock()
+	if s.fence == nil {
+		return nil
+	}
+	return []clientv3.Cmp{*s.fence}
+}
+
+// fenced reports whether this store's leader term ended.
+func (s *EtcdStore) fenced(ctx context.Context) bool {
+	cmps := s.fenceCmps()
+	if len(cmps) == 0 {
+		return false
+	}
+	r, err := s.cli.Txn(ctx).If(cmps...).Commit()
+	return err == nil && !r.Succeeded
 }
 
 var (
@@ -82,11 +120,11 @@ func (s *EtcdStore) GuardACLs(ctx context.Context, topic string) ([]OwnedACL, er
 func (s *EtcdStore) PutGuardACLs(ctx context.Context, topic string, acls []OwnedACL) error {
 	var err error
 	if len(acls) == 0 {
-		_, err = s.cli.Delete(ctx, keyGuard+topic)
+		err = s.write(ctx, clientv3.OpDelete(keyGuard+topic))
 	} else {
 		var b []byte
 		if b, err = json.Marshal(acls); err == nil {
-			_, err = s.cli.Put(ctx, keyGuard+topic, string(b))
+			err = s.write(ctx, clientv3.OpPut(keyGuard+topic, string(b)))
 		}
 	}
 	if err != nil {
@@ -313,10 +351,10 @@ func (s *EtcdStore) PutTopic(ctx context.Context, t Topic, version uint64) error
 	if err != nil {
 		return err
 	}
-	_, err = s.cli.Txn(ctx).Then(
+	err = s.write(ctx,
 		clientv3.OpPut(keyTopics+t.Name, string(b)),
 		clientv3.OpPut(keyVersion, strconv.FormatUint(version, 10)),
-	).Commit()
+	)
 	if err != nil {
 		return fmt.Errorf("controlplane: etcd: writing topic %s: %w", t.Name, err)
 	}
@@ -325,10 +363,10 @@ func (s *EtcdStore) PutTopic(ctx context.Context, t Topic, version uint64) error
 
 // DeleteTopic implements Store.
 func (s *EtcdStore) DeleteTopic(ctx context.Context, name string, version uint64) error {
-	_, err := s.cli.Txn(ctx).Then(
+	err := s.write(ctx,
 		clientv3.OpDelete(keyTopics+name),
 		clientv3.OpPut(keyVersion, strconv.FormatUint(version, 10)),
-	).Commit()
+	)
 	if err != nil {
 		return fmt.Errorf("controlplane: etcd: deleting topic %s: %w", name, err)
 	}
@@ -347,7 +385,7 @@ func (s *EtcdStore) PutAgents(ctx context.Context, agents []Agent) error {
 			}
 			ops = append(ops, clientv3.OpPut(keyAgents+a.Node, string(b)))
 		}
-		if _, err := s.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+		if err := s.write(ctx, ops...); err != nil {
 			return fmt.Errorf("controlplane: etcd: writing agents: %w", err)
 		}
 		agents = agents[n:]
@@ -386,11 +424,13 @@ func (s *EtcdStore) AppendEvent(ctx context.Context, e Event) (Event, error) {
 			return e, err
 		}
 		key := eventKey(e.Seq)
-		r, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		r, err := s.cli.Txn(ctx).If(append(s.fenceCmps(), clientv3.Compare(clientv3.CreateRevision(key), "=", 0))...).
 			Then(clientv3.OpPut(key, string(b))).Commit()
 		switch {
 		case err != nil:
 			last = fmt.Errorf("controlplane: etcd: appending event: %w", err)
+		case !r.Succeeded && s.fenced(ctx):
+			return e, fmt.Errorf("%w: appending event", ErrNotLeader)
 		case !r.Succeeded:
 			last = fmt.Errorf("controlplane: event %d already written (by another control plane, or an earlier attempt)", e.Seq)
 		default:

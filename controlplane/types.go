@@ -85,6 +85,8 @@ type Agent struct {
 	ExpiresAt     time.Time             `json:"expiresAt"`
 	Topics        map[string]TopicDrain `json:"topics,omitempty"`
 	Refused       string                `json:"refused,omitempty"`
+	// Replica is the control-plane replica that granted the lease.
+	Replica string `json:"replica,omitempty"`
 }
 
 // AgentView is an agent as `baton agents` shows it: its lease and its xDS

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -15,6 +16,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
 
 	"github.com/baton-kafka/baton/agent"
 	"github.com/baton-kafka/baton/bpf"
@@ -75,7 +78,8 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 				if cfg != nil {
 					creds = credentials.NewTLS(cfg)
 				}
-				conn, err := grpc.NewClient(controlPlane, grpc.WithTransportCredentials(creds))
+				target, ropts := controlPlaneTarget(controlPlane)
+				conn, err := grpc.NewClient(target, append(ropts, grpc.WithTransportCredentials(creds))...)
 				if err != nil {
 					return fmt.Errorf("--control-plane %s: %w", controlPlane, err)
 				}
@@ -161,7 +165,7 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 	f.IntVar(&producerIDs, "producer-ids", agent.DefaultProducerIDs, "idempotent producer sessions mapped to destination producer ids at once")
 	f.DurationVar(&producerIDIdle, "producer-id-idle", agent.DefaultProducerIDIdle, "how long a producer id mapping outlives its producer's last batch to the destination")
 	cpTLS.add(f, "control-plane", "the control plane")
-	f.StringVar(&controlPlane, "control-plane", "", "control plane gRPC address: routes over xDS and a lease (instead of --routes)")
+	f.StringVar(&controlPlane, "control-plane", "", "control plane gRPC address, or every replica's, comma-separated (or one DNS name resolving to each): routes over xDS and a lease (instead of --routes)")
 	f.StringVar(&writeRanges, "write-ranges", "auto", "keep the source offset ranges of acked produce for the control plane's bypass detection: auto (with --control-plane), on (also with --routes, to measure the cost) or off")
 	f.StringVar(&nodeID, "node-id", "", "this agent's node id at the control plane (default: the hostname)")
 	f.StringVar(&namespace, "namespace", "", "node metadata: the workload's namespace, for staged rollout")
@@ -210,4 +214,24 @@ func parseWriteRanges(s string) (agent.WriteRangesMode, error) {
 		return agent.WriteRangesOff, nil
 	}
 	return 0, fmt.Errorf(`--write-ranges: want "auto", "on" or "off", got %q`, s)
+}
+
+// controlPlaneTarget is the gRPC target of --control-plane: one address
+// as is (a DNS name resolving to several replicas gives each), several
+// through a static resolver. Either way the client keeps to one replica
+// and moves to the next when it fails.
+func controlPlaneTarget(flag string) (string, []grpc.DialOption) {
+	addrs := splitList(flag)
+	if len(addrs) == 1 {
+		return addrs[0], nil
+	}
+	r := manual.NewBuilderWithScheme("baton-replicas")
+	state := resolver.State{}
+	for _, a := range addrs {
+		// Each replica's TLS certificate is checked against its own host.
+		host, _, _ := net.SplitHostPort(a)
+		state.Addresses = append(state.Addresses, resolver.Address{Addr: a, ServerName: host})
+	}
+	r.InitialState(state)
+	return r.Scheme() + ":///control-plane", []grpc.DialOption{grpc.WithResolvers(r)}
 }

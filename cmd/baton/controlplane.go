@@ -36,7 +36,8 @@ func newControlPlaneCmd() *cobra.Command {
 		httpCert, httpKey, httpClientCA, apiIdentities                        string
 		apiInsecure                                                           bool
 		lease, forward, timeout, bypassWatch, bypassGrace, forgottenWindow    time.Duration
-		admin                                                                 string
+		admin, replicaID                                                      string
+		leaderTTL                                                             time.Duration
 		srcSASL, destSASL                                                     securityFlags
 	)
 	cmd := &cobra.Command{
@@ -47,6 +48,13 @@ func newControlPlaneCmd() *cobra.Command {
 keeps its state in etcd (embedded in --data-dir unless --etcd-endpoints names
 an external cluster), and replicates managed topics from --source to
 --destination in process.
+
+On an external etcd, replicas of the control plane elect a leader: each one
+started with the same --etcd-endpoints campaigns, and only the one elected
+serves (xDS, leases, the HTTP API, replication); the others wait, and one of
+them takes over within --leader-ttl of the leader dying. Give agents every
+replica's --grpc address. A leader that loses its etcd session writes
+nothing more and exits (status 1) for its supervisor to restart it.
 
 The destination write guard keeps everyone but the replicator off a topic on
 the destination until its cutover completes. --write-guard=auto (the default)
@@ -100,6 +108,27 @@ alter ACLs.`,
 				return err
 			}
 			defer store.Close()
+			var lead *controlplane.Leadership
+			if endpoints != "" {
+				if replicaID == "" {
+					host, _ := os.Hostname()
+					replicaID = host + "/" + grpcAddr
+				}
+				log.Info("campaigning for leader: serving once elected", "replica", replicaID, "etcd", endpoints)
+				lead, err = controlplane.Campaign(ctx, store, controlplane.Replica{ID: replicaID, GRPC: grpcAddr, HTTP: httpAddr, Started: time.Now()}, leaderTTL)
+				if err != nil && ctx.Err() != nil {
+					return nil // stopped while waiting to lead
+				}
+				if err != nil {
+					return err
+				}
+				log.Info("elected leader", "replica", replicaID)
+				defer func() {
+					rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+					defer cancel()
+					_ = lead.Resign(rctx)
+				}()
+			}
 			sopts, err := srcSASL.opts()
 			if err != nil {
 				return err
@@ -144,6 +173,7 @@ alter ACLs.`,
 				controlplane.LeaseDuration(lease), controlplane.ForwardDeadline(forward), controlplane.CutoverTimeout(timeout),
 				controlplane.BypassWatch(bypassWatch), controlplane.BypassGrace(bypassGrace),
 				controlplane.ForgottenProducerWindow(forgottenWindow), controlplane.Registry(reg),
+				controlplane.ReplicaID(replicaID), controlplane.TakeoverMargin(takeoverMargin(lead, leaderTTL)),
 				controlplane.Clusters(&batonv1.Cluster{Name: "source", Bootstrap: splitList(source)},
 					&batonv1.Cluster{Name: "destination", Bootstrap: splitList(destination)})}, nodeOpts...)...)
 			if err != nil {
@@ -180,9 +210,35 @@ alter ACLs.`,
 			}
 			go func() { _ = g.Serve(gln) }()
 			go func() { _ = serve() }()
-			go func() { _ = r.Run(ctx) }()
+			// The replicator stops with the term: a replica that lost the
+			// election copies nothing more once it knows.
+			runCtx, stop := context.WithCancel(ctx)
+			defer stop()
+			go func() { _ = r.Run(runCtx) }()
+			if lead != nil {
+				if err := lead.Serving(ctx, gln.Addr().String(), api); err != nil {
+					log.Warn("recording this replica's addresses for `baton controlplane status`", "err", err)
+				}
+			}
 			log.Info("control plane up", "grpc", gln.Addr().String(), "http", api)
-			err = cp.Run(ctx)
+			lost := make(chan struct{})
+			if lead != nil {
+				go func() {
+					select {
+					case <-lead.Lost():
+						close(lost)
+						stop()
+					case <-runCtx.Done():
+					}
+				}()
+			}
+			err = cp.Run(runCtx)
+			select {
+			case <-lost:
+				err = errors.New("lost the leader election (the etcd session expired: etcd out of reach, or this process stalled): " +
+					"another replica leads now; this one wrote nothing since and exits for its supervisor to restart it as a follower")
+			default:
+			}
 			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
 			_ = hs.Shutdown(sctx)
@@ -196,7 +252,9 @@ alter ACLs.`,
 	f.StringVar(&grpcAddr, "grpc", "127.0.0.1:18000", "address of xDS (ADS) and the Lease service")
 	f.StringVar(&httpAddr, "http", "127.0.0.1:18080", "address of the HTTP API")
 	f.StringVar(&dataDir, "data-dir", "baton-etcd", "embedded etcd data directory")
-	f.StringVar(&endpoints, "etcd-endpoints", "", "external etcd endpoints, comma-separated (instead of the embedded one)")
+	f.StringVar(&endpoints, "etcd-endpoints", "", "external etcd endpoints, comma-separated (instead of the embedded one); replicas on one etcd elect a leader")
+	f.StringVar(&replicaID, "replica-id", "", "this replica's name in the leader election and `baton controlplane status` (default: hostname/--grpc)")
+	f.DurationVar(&leaderTTL, "leader-ttl", controlplane.DefaultLeaderTTL, "etcd session of a replica: a dead leader is replaced after about this long (whole seconds)")
 	f.DurationVar(&lease, "lease", migration.DefaultLease, "agents' lease")
 	f.DurationVar(&forward, "forward-deadline", migration.DefaultForwardDeadline, "forward deadline F (below the lease)")
 	f.DurationVar(&timeout, "cutover-timeout", controlplane.DefaultCutoverTimeout, "bound of every cutover wait; gate: lag <= timeout/4")
@@ -225,6 +283,7 @@ alter ACLs.`,
 	markAddrs(f, addrEtcd, "etcd-endpoints")
 	_ = cmd.MarkFlagRequired("source")
 	_ = cmd.MarkFlagRequired("destination")
+	cmd.AddCommand(newControlPlaneStatusCmd())
 	return cmd
 }
 
@@ -391,4 +450,14 @@ func grpcSecurity(certFile, keyFile, clientCA, identities string) (credentials.T
 		}
 	}
 	return credentials.NewTLS(cfg), []controlplane.Opt{controlplane.NodeIdentity(rules)}, nil
+}
+
+// takeoverMargin is how long a replica that led before this one may still
+// have granted leases after this one started: its session's TTL, with an
+// election; none for a single control plane.
+func takeoverMargin(lead *controlplane.Leadership, ttl time.Duration) time.Duration {
+	if lead == nil {
+		return 0
+	}
+	return ttl
 }

@@ -1,0 +1,181 @@
+package controlplane
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+// Leader election between control-plane replicas on one etcd
+// (docs/design.md §13). Every replica campaigns; the one elected runs the
+// control plane (cutovers, leases, xDS, replication) and every write it
+// makes to etcd is fenced on its election key: once its term ends (its
+// etcd session expired, another replica was elected) no write of it
+// commits, so a leader that lost its election cannot change the state.
+// The others wait in the campaign, registered so that `baton controlplane
+// status` lists them.
+
+const (
+	keyLeader   = "/baton/leader"
+	keyReplicas = "/baton/replicas/"
+	// DefaultLeaderTTL is the etcd session of a replica: a leader that
+	// dies is replaced after about this long.
+	DefaultLeaderTTL = 2 * time.Second
+)
+
+// Replica is a control-plane replica as registered in etcd.
+type Replica struct {
+	ID      string    `json:"id"`
+	GRPC    string    `json:"grpc"`
+	HTTP    string    `json:"http"`
+	Started time.Time `json:"started"`
+}
+
+// Leadership is a replica's place in the election: registered from
+// Campaign, leader once Campaign returns, until Lost is closed.
+type Leadership struct {
+	replica  Replica
+	store    *EtcdStore
+	session  *concurrency.Session
+	election *concurrency.Election
+}
+
+// Campaign registers r and blocks until it is elected leader or ctx ends.
+// From then on every write through store is fenced on this term. ttl is
+// the etcd session (whole seconds, at least 1; DefaultLeaderTTL if 0).
+func Campaign(ctx context.Context, store *EtcdStore, r Replica, ttl time.Duration) (*Leadership, error) {
+	if ttl == 0 {
+		ttl = DefaultLeaderTTL
+	}
+	secs := int(math.Ceil(ttl.Seconds()))
+	if secs < 1 {
+		return nil, fmt.Errorf("%w: leader ttl %v: at least 1s", ErrBadConfig, ttl)
+	}
+	if r.ID == "" {
+		return nil, fmt.Errorf("%w: replica id is empty", ErrBadConfig)
+	}
+	session, err := concurrency.NewSession(store.cli, concurrency.WithTTL(secs), concurrency.WithContext(context.WithoutCancel(ctx)))
+	if err != nil {
+		return nil, fmt.Errorf("controlplane: etcd session: %w", err)
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		_ = session.Close()
+		return nil, err
+	}
+	if _, err := store.cli.Put(ctx, keyReplicas+r.ID, string(b), clientv3.WithLease(session.Lease())); err != nil {
+		_ = session.Close()
+		return nil, fmt.Errorf("controlplane: etcd: registering replica %s: %w", r.ID, err)
+	}
+	e := concurrency.NewElection(session, keyLeader)
+	if err := e.Campaign(ctx, r.ID); err != nil {
+		_ = session.Close()
+		return nil, fmt.Errorf("controlplane: campaigning for leader: %w", err)
+	}
+	fence := clientv3.Compare(clientv3.CreateRevision(e.Key()), "=", e.Rev())
+	store.fenceMu.Lock()
+	store.fence = &fence
+	store.fenceMu.Unlock()
+	return &Leadership{replica: r, store: store, session: session, election: e}, nil
+}
+
+// Serving records the addresses the elected replica serves on, once bound
+// (the flags may name port 0).
+func (l *Leadership) Serving(ctx context.Context, grpcAddr, httpURL string) error {
+	l.replica.GRPC, l.replica.HTTP = grpcAddr, httpURL
+	b, err := json.Marshal(l.replica)
+	if err != nil {
+		return err
+	}
+	if err := l.store.write(ctx, clientv3.OpPut(keyReplicas+l.replica.ID, string(b), clientv3.WithLease(l.session.Lease()))); err != nil {
+		return fmt.Errorf("controlplane: etcd: recording replica %s: %w", l.replica.ID, err)
+	}
+	return nil
+}
+
+// Lost is closed when this replica's term ends: its etcd session expired
+// or was closed. The control plane MUST stop then; its writes fail with
+// ErrNotLeader already.
+func (l *Leadership) Lost() <-chan struct{} { return l.session.Done() }
+
+// Resign ends the term at once (a clean stop), so another replica is
+// elected without waiting for the session to expire.
+func (l *Leadership) Resign(ctx context.Context) error {
+	err := l.election.Resign(ctx)
+	if cerr := l.session.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// ClusterStatus is what `baton controlplane status` shows.
+type ClusterStatus struct {
+	Leader   string         `json:"leader"`
+	Replicas []Replica      `json:"replicas"`
+	Etcd     []EtcdMember   `json:"etcd"`
+	Agents   map[string]int `json:"agents"` // replica id -> agents whose lease it granted and that is still valid
+}
+
+// EtcdMember is one etcd endpoint's health.
+type EtcdMember struct {
+	Endpoint string `json:"endpoint"`
+	Healthy  bool   `json:"healthy"`
+	Leader   bool   `json:"leader"`
+	Version  string `json:"version,omitempty"`
+	Error    string `json:"error,omitempty"`
+}
+
+// Status reads the replicas, the leader, each etcd endpoint's health and
+// the agents holding leases per replica from store's etcd.
+func Status(ctx context.Context, store *EtcdStore) (ClusterStatus, error) {
+	st := ClusterStatus{Agents: map[string]int{}}
+	for _, ep := range store.cli.Endpoints() {
+		m := EtcdMember{Endpoint: ep}
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		r, err := store.cli.Status(sctx, ep)
+		cancel()
+		if err != nil {
+			m.Error = err.Error()
+		} else {
+			m.Healthy, m.Leader, m.Version = len(r.Errors) == 0, r.Leader == r.Header.GetMemberId(), r.Version
+			if len(r.Errors) > 0 {
+				m.Error = fmt.Sprint(r.Errors)
+			}
+		}
+		st.Etcd = append(st.Etcd, m)
+	}
+	rs, err := store.cli.Get(ctx, keyReplicas, clientv3.WithPrefix())
+	if err != nil {
+		return st, fmt.Errorf("controlplane: etcd: %w", err)
+	}
+	for _, kv := range rs.Kvs {
+		var r Replica
+		if json.Unmarshal(kv.Value, &r) == nil {
+			st.Replicas = append(st.Replicas, r)
+		}
+	}
+	// The leader is the campaign key with the lowest create revision.
+	lr, err := store.cli.Get(ctx, keyLeader+"/", clientv3.WithFirstCreate()...)
+	if err != nil {
+		return st, fmt.Errorf("controlplane: etcd: %w", err)
+	}
+	if len(lr.Kvs) > 0 {
+		st.Leader = string(lr.Kvs[0].Value)
+	}
+	_, _, agents, err := store.Load(ctx)
+	if err != nil {
+		return st, err
+	}
+	now := time.Now()
+	for _, a := range agents {
+		if now.Before(a.ExpiresAt) {
+			st.Agents[a.Replica]++
+		}
+	}
+	return st, nil
+}
