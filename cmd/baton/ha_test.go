@@ -6,12 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -332,24 +329,7 @@ func checkOnDestination(t *testing.T, ctx context.Context, dst []string, acked [
 // leader election. kill ends it with SIGKILL.
 func startReplica(t *testing.T, args ...string) (kill func(), log *testlog.Buffer) {
 	t.Helper()
-	log = &testlog.Buffer{}
-	cmd := exec.Command(os.Args[0], append([]string{"controlplane"}, args...)...)
-	cmd.Env = append(os.Environ(), batonChildEnv+"=1")
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	kill = func() { _ = cmd.Process.Kill(); <-exited }
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(20 * time.Second):
-			kill()
-		}
-	})
+	log, exited, kill := runControlPlane(t, args...)
 	wait.For(t, 2*time.Minute, "the replica to campaign", func() string {
 		select {
 		case <-exited:

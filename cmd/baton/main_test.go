@@ -13,7 +13,7 @@ import (
 )
 
 // batonChildEnv makes the test binary run baton's main on its arguments
-// instead of the tests (see startBaton): a command in a process of its
+// instead of the tests (see runControlPlane): a command in a process of its
 // own, started with its flags and stopped by SIGTERM as an operator's is.
 const batonChildEnv = "BATON_TEST_RUN_MAIN"
 
@@ -33,24 +33,7 @@ var upLine = regexp.MustCompile(`msg="control plane up" .*http=(https?://\S+)`)
 // own until the test ends, and returns its API's URL and its log.
 func startControlPlane(t *testing.T, args ...string) (api string, log *testlog.Buffer) {
 	t.Helper()
-	log = &testlog.Buffer{}
-	cmd := exec.Command(os.Args[0], append([]string{"controlplane"}, args...)...)
-	cmd.Env = append(os.Environ(), batonChildEnv+"=1")
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	})
+	log, exited, _ := runControlPlane(t, args...)
 	wait.For(t, 2*time.Minute, "the control plane to come up", func() string {
 		select {
 		case <-exited:
@@ -64,4 +47,30 @@ func startControlPlane(t *testing.T, args ...string) (api string, log *testlog.B
 		return "no \"control plane up\" yet; log:\n" + log.String()
 	})
 	return api, log
+}
+
+// runControlPlane starts `baton controlplane args...` in a process of its
+// own, stopped with SIGTERM when the test ends (SIGKILL 20 s later); kill
+// ends it with SIGKILL at once.
+func runControlPlane(t *testing.T, args ...string) (log *testlog.Buffer, exited <-chan struct{}, kill func()) {
+	t.Helper()
+	log = &testlog.Buffer{}
+	cmd := exec.Command(os.Args[0], append([]string{"controlplane"}, args...)...)
+	cmd.Env = append(os.Environ(), batonChildEnv+"=1")
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	kill = func() { _ = cmd.Process.Kill(); <-done }
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			kill()
+		}
+	})
+	return log, done, kill
 }
