@@ -143,7 +143,10 @@ func forwardedTopics(ss []sent, parts []filter.Part) []string {
 // deadline is still on its connection and its answer may come: it counts
 // until then. ss are the request's shards as sent; those that failed to
 // send were never written and topics does not count them.
-func (a *Agent) settleInflight(topics []string, ss []sent, src *upstream.Cluster) {
+//
+// settled, if not nil, is called for each call to src once it settled,
+// with ss's index and when (its answer read, or its connection dead).
+func (a *Agent) settleInflight(topics []string, ss []sent, src *upstream.Cluster, settled func(i int, at time.Time)) {
 	if len(topics) == 0 {
 		return
 	}
@@ -165,6 +168,19 @@ func (a *Agent) settleInflight(topics []string, ss []sent, src *upstream.Cluster
 		for _, cl := range calls {
 			if answered, at := cl.Settled(); !answered && at.After(died) {
 				died = at
+			}
+		}
+		if settled != nil {
+			now := time.Now()
+			for i, s := range ss {
+				if s.err != nil || s.cl == nil || s.s.up != src {
+					continue
+				}
+				at := now
+				if answered, diedAt := s.cl.Settled(); !answered && diedAt.Before(now) {
+					at = diedAt
+				}
+				settled(i, at)
 			}
 		}
 		a.inflight.done(topics, died.IsZero(), died, a.forwardDeadline(topics))

@@ -656,7 +656,17 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 		}
 		var throttle int32
 		hinted := false // a KIP-951 hint names the agent: send its endpoint
-		defer r.a.settleInflight(srcTopics, ss, r.src)
+		// A write given up on may still be appended until its call
+		// settles: its partition's attribution stays unknown until then
+		// (bypass detection).
+		givenUp := make([]time.Time, len(parts)) // when a part became uncertain
+		defer r.a.settleInflight(srcTopics, ss, r.src, func(i int, at time.Time) {
+			for _, pi := range ss[i].s.idx {
+				if parts[pi].Uncertain && !givenUp[pi].IsZero() {
+					r.a.writes.unknownSpan(parts[pi].Topic, parts[pi].Partition, givenUp[pi], at)
+				}
+			}
+		})
 		r.collect(ctx, ss, 0, req.Version, func() kmsg.Response { return kmsg.NewPtrProduceResponse() },
 			func(s *shard, resp kmsg.Response, err error) {
 				if err != nil {
@@ -667,7 +677,8 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 						if s.up == r.src && !errors.Is(err, upstream.ErrNotSent) {
 							parts[i].Uncertain = true // see filter/pidmap
 							// Maybe written, offset unknown: not a bypass.
-							r.a.writes.unknown(parts[i].Topic, parts[i].Partition, time.Now())
+							givenUp[i] = time.Now()
+							r.a.writes.unknown(parts[i].Topic, parts[i].Partition, givenUp[i])
 						}
 					}
 					return

@@ -134,6 +134,17 @@ func (w *sourceWrites) unknown(topic string, partition int32, at time.Time) {
 	w.partLocked(topic, partition).unknownLocked(at, at)
 }
 
+// unknownSpan notes that a write to topic's partition the agent gave up on
+// at from may have been appended until until (its call settled then).
+func (w *sourceWrites) unknownSpan(topic string, partition int32, from, until time.Time) {
+	if !w.watched(topic) {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.partLocked(topic, partition).unknownLocked(from, until)
+}
+
 func (p *partWrites) unknownLocked(from, until time.Time) {
 	if p.unknownFrom.IsZero() || from.Before(p.unknownFrom) {
 		p.unknownFrom = from

@@ -49,6 +49,10 @@ const (
 	maxAckedRanges  = 100_000
 	maxPendingReads = 100_000
 	maxUnknownSpans = 64
+	// replacedKept and maxReplaced bound the agent processes replaced
+	// before they reported everything, kept as writers.
+	replacedKept = 24 * time.Hour
+	maxReplaced  = 1024
 )
 
 // BypassGrace sets how long a batch the replicator read from a PROXY
@@ -264,8 +268,12 @@ func (cp *ControlPlane) noteWrites(now time.Time, req *batonv1.HeartbeatRequest,
 		}
 	}
 	if ar.offLowKnown && ar.offHighKnown && ar.offLow > ar.offHigh {
-		// The agent's clock jumped: start over.
+		// The agent's clock jumped: start over, from this heartbeat's own
+		// upper bound.
 		ar.offLowKnown, ar.offHighKnown = false, false
+		if sentAt != nil {
+			ar.offHigh, ar.offHighKnown = now.Sub(sentAt.AsTime()), true
+		}
 	}
 	truncated := false
 	for _, d := range req.GetTopics() {
@@ -483,9 +491,13 @@ func (cp *ControlPlane) judge(now time.Time) {
 	var events []found
 	b := cp.byp
 	b.mu.Lock()
-	// A replaced process wrote nothing appended after its expiry + F:
-	// once every batch from before then is judged it is no writer.
-	b.replaced = slices.DeleteFunc(b.replaced, func(r replacedAgent) bool { return now.Sub(r.expires) > grace+f+DefaultBypassDedupe })
+	// A replaced process wrote nothing appended after its expiry + F, but
+	// the copy may read such a batch much later (a lagging replicator):
+	// it is kept for a day, at most maxReplaced of them.
+	b.replaced = slices.DeleteFunc(b.replaced, func(r replacedAgent) bool { return now.Sub(r.expires) > replacedKept })
+	if n := len(b.replaced); n > maxReplaced {
+		b.replaced = b.replaced[n-maxReplaced:]
+	}
 	writers := make([]writer, 0, len(leases)+len(b.replaced))
 	for _, l := range leases {
 		w := writer{expires: l.expires}
@@ -543,7 +555,9 @@ func (cp *ControlPlane) judge(now time.Time) {
 			}
 			a.pending = a.pending[n:]
 			a.acked.DropBelow(a.judged)
-			a.unknown = slices.DeleteFunc(a.unknown, func(u timeSpan) bool { return now.Sub(u.until) > DefaultBypassDedupe })
+			// Kept as long as replaced writers: the copy may read a batch
+			// from inside a span long after it (maxUnknownSpans bounds them).
+			a.unknown = slices.DeleteFunc(a.unknown, func(u timeSpan) bool { return now.Sub(u.until) > replacedKept })
 			maps.DeleteFunc(a.evented, func(_ int64, at time.Time) bool { return now.Sub(at) >= DefaultBypassDedupe })
 		}
 	}

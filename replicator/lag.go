@@ -14,20 +14,16 @@ type lagClock struct {
 }
 
 type endSample struct {
-	at   time.Time // first seen at end
-	last time.Time // last seen at end
-	end  int64
+	at  time.Time
+	end int64
 }
 
 // observe records that the source end offset was end at time at.
 func (l *lagClock) observe(at time.Time, end int64) {
 	if n := len(l.samples); n > 0 && end <= l.samples[n-1].end {
-		// Nothing new since the last sample: keep its earlier time, and
-		// note that the end was still there now.
-		l.samples[n-1].last = maxTime(l.samples[n-1].last, at)
-		return
+		return // nothing new since the last sample: keep its earlier time
 	}
-	l.samples = append(l.samples, endSample{at: at, last: at, end: end})
+	l.samples = append(l.samples, endSample{at: at, end: end})
 }
 
 // lag returns the time lag at now for a partition whose next offset to copy
@@ -63,25 +59,21 @@ func (l *lagClock) end() int64 {
 	return l.samples[len(l.samples)-1].end
 }
 
-// before returns the newest time a sample showed the end offset at or
+// before returns the time of the newest sample whose end offset was at or
 // below offset (the record at offset was not there yet), or the zero time
-// without one.
+// without one. It is the first time that sample's end was seen, not the
+// last: the samples are of the last stable offset, which an open
+// transaction holds below records already appended, so a later sighting
+// of the same end says nothing about when they were.
 func (l *lagClock) before(offset int64) time.Time {
 	var at time.Time
 	for _, s := range l.samples {
 		if s.end > offset {
 			break
 		}
-		at = s.last
+		at = s.at
 	}
 	return at
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }
 
 // seen returns the time of the first sample whose end offset was above
