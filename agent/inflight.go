@@ -164,21 +164,19 @@ func (a *Agent) settleInflight(topics []string, ss []sent, src *upstream.Cluster
 		}
 	}
 	finish := func() {
+		now := time.Now()
 		var died time.Time
-		for _, cl := range calls {
-			if answered, at := cl.Settled(); !answered && at.After(died) {
+		for i, s := range ss {
+			if s.err != nil || s.cl == nil || s.s.up != src {
+				continue
+			}
+			answered, at := s.cl.Settled()
+			if !answered && at.After(died) {
 				died = at
 			}
-		}
-		if settled != nil {
-			now := time.Now()
-			for i, s := range ss {
-				if s.err != nil || s.cl == nil || s.s.up != src {
-					continue
-				}
-				at := now
-				if answered, diedAt := s.cl.Settled(); !answered && diedAt.Before(now) {
-					at = diedAt
+			if settled != nil {
+				if answered || at.After(now) {
+					at = now // answered by now
 				}
 				settled(i, at)
 			}

@@ -659,11 +659,10 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 		// A write given up on may still be appended until its call
 		// settles: its partition's attribution stays unknown until then
 		// (bypass detection).
-		givenUp := make([]time.Time, len(parts)) // when a part became uncertain
 		defer r.a.settleInflight(srcTopics, ss, r.src, func(i int, at time.Time) {
 			for _, pi := range ss[i].s.idx {
-				if parts[pi].Uncertain && !givenUp[pi].IsZero() {
-					r.a.writes.unknownSpan(parts[pi].Topic, parts[pi].Partition, givenUp[pi], at)
+				if parts[pi].Uncertain {
+					r.a.writes.unknownSpan(parts[pi].Topic, parts[pi].Partition, ss[i].cl.Start(), at)
 				}
 			}
 		})
@@ -677,8 +676,7 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 						if s.up == r.src && !errors.Is(err, upstream.ErrNotSent) {
 							parts[i].Uncertain = true // see filter/pidmap
 							// Maybe written, offset unknown: not a bypass.
-							givenUp[i] = time.Now()
-							r.a.writes.unknown(parts[i].Topic, parts[i].Partition, givenUp[i])
+							r.a.writes.unknown(parts[i].Topic, parts[i].Partition, time.Now())
 						}
 					}
 					return
