@@ -41,6 +41,7 @@ type config struct {
 	xds          *xds.Server
 	repl         Replication
 	guard        WriteGuard
+	fence        SourceFence
 	lease        time.Duration
 	forward      time.Duration
 	timeout      time.Duration
@@ -77,6 +78,12 @@ func WithReplication(r Replication) Opt { return optFunc(func(c *config) { c.rep
 
 // WithGuard sets the destination write guard (default NoGuard).
 func WithGuard(g WriteGuard) Opt { return optFunc(func(c *config) { c.guard = g }) }
+
+// WithSourceFence sets the source fence (default NoFence). With one, every
+// topic's routes say so (source_fenced): agents may keep forwarding it
+// without a lease, and each cutover fences the topic on the source before
+// it reads the source's end offsets (docs/design.md §6.1).
+func WithSourceFence(f SourceFence) Opt { return optFunc(func(c *config) { c.fence = f }) }
 
 // ReplicaID names this control plane among replicas on one etcd: it is
 // recorded with every lease it grants (default: none).
@@ -173,7 +180,7 @@ type run struct {
 // process left in flight, restarts replication of managed topics and
 // publishes the routes.
 func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
-	cfg := config{guard: NoGuard{}, lease: migration.DefaultLease, forward: migration.DefaultForwardDeadline,
+	cfg := config{guard: NoGuard{}, fence: NoFence{}, lease: migration.DefaultLease, forward: migration.DefaultForwardDeadline,
 		timeout: DefaultCutoverTimeout, poll: DefaultPollInterval, guardResync: DefaultGuardResync, log: slog.Default(), now: time.Now,
 		latencyRefresh: DefaultLatencyRefresh,
 		bypassWatch:    DefaultBypassWatch, bypassPoll: DefaultBypassPoll, forgottenWindow: DefaultForgottenProducerWindow}
@@ -276,6 +283,10 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 			cp.Close()
 			return nil, err
 		}
+	}
+	if err := cp.promiseFences(ctx); err != nil {
+		cp.Close()
+		return nil, err
 	}
 	for _, t := range cp.Topics() {
 		if t.State == migration.Reject || t.State == migration.Proxy {
@@ -399,6 +410,7 @@ func (cp *ControlPlane) route(t *Topic) *batonv1.TopicRoute {
 			AuthEnforce: s.AuthEnforce, Tagging: s.Tagging, Headroom: s.Headroom}
 	}
 	r.DestinationLatency = cp.latencyProfileLocked(t)
+	r.SourceFenced = t.FenceAtCutover
 	return r
 }
 
@@ -596,7 +608,7 @@ func (cp *ControlPlane) AddTopic(ctx context.Context, spec TopicSpec, actor stri
 		cp.mu.Unlock()
 		return Topic{}, fmt.Errorf("%w: %s", ErrTopicExists, spec.Name)
 	}
-	t := Topic{TopicSpec: spec}
+	t := Topic{TopicSpec: spec, FenceAtCutover: cp.fenced()}
 	err = cp.commitLocked(ctx, t, false)
 	t = *cp.topics[spec.Name]
 	cp.mu.Unlock()

@@ -43,6 +43,9 @@ func (cp *ControlPlane) Migrate(ctx context.Context, name, actor string, force .
 	lagRefusal, lag := cp.checkLagLocked(name)
 	forced, stand := splitForced(append(lagRefusal, refusals...), force)
 	switch g := cp.guardPendingLocked(name); {
+	case t.FenceAtCutover && !cp.fenced():
+		refused = "its routes told agents the source is fenced at the cutover (they may forward it without a lease), " +
+			"and this control plane runs without a source fence: restart it with --source-fence=acl and the source's admin credentials"
 	case len(diverged) > 0:
 		refused = divergedText(name, diverged)
 	case g != nil:
@@ -246,6 +249,9 @@ func (cp *ControlPlane) cutoverSteps(ctx context.Context, name string, co Cutove
 		return err
 	}
 	ev(EventDrained, "", "every agent stopped forwarding and drained, or its lease ran out")
+	if err := cp.fenceSource(ctx, dctx, name, ev, step); err != nil {
+		return err
+	}
 
 	// Step 3: top priority, source end offsets, wait for D to hold them.
 	if err := cp.setStep(dctx, name, "replicate-to-end"); err != nil {

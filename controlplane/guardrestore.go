@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -110,11 +111,15 @@ func (cp *ControlPlane) restoreOne(topic string) bool {
 	cp.mu.Lock()
 	t, managed := cp.topics[topic]
 	protect := managed && (t.State == migration.Reject || t.State == migration.Proxy)
+	fenceUp := protect && t.SourceFenceUp
 	cp.mu.Unlock()
 	var err error
 	if protect {
 		actx, cancel := context.WithTimeout(cp.ctx, cp.cfg.timeout)
 		err = cp.cfg.guard.Protect(actx, topic)
+		if err == nil && fenceUp {
+			err = cp.liftFence(actx, topic)
+		}
 		cancel()
 	}
 	cp.guardMu.Unlock()
@@ -146,7 +151,15 @@ func (cp *ControlPlane) restoreOne(topic string) bool {
 	g.lastErr = err.Error()
 	first := g.failures == 1
 	cp.mu.Unlock()
-	if first {
+	switch {
+	case !first:
+	case errors.Is(err, ErrSourceFence) || errors.Is(err, ErrNoSourceFence):
+		cp.log.Warn("lifting the source fence after a rollback failed; retrying in the background. Until it is lifted "+
+			"the source refuses every write to the topic (agents answer them retriable), and a cutover of it is refused: "+
+			"check the source is reachable and the admin may alter ACLs", "topic", topic, "err", err)
+		cp.event(cp.ctx, Event{Topic: topic, Kind: EventGuardRestoreFailed, Actor: ActorControlPlane,
+			Reason: fmt.Sprintf("lifting the source fence: %v; retrying in the background", err)})
+	default:
 		// Once per restore; status shows every later attempt's error.
 		cp.log.Warn("restoring the destination write guard failed; retrying in the background. Until it is back, "+
 			"only the agents (which route the topic to the source) keep producers off it on the destination, "+

@@ -31,6 +31,7 @@ func newAgentCmd() *cobra.Command {
 	var (
 		listen, advertise, admin, source, destination, routesFile, logLevel string
 		controlPlane, nodeID, namespace, workload, writeRanges              string
+		forwardWithoutLease                                                 string
 		byteCounters                                                        string
 		maxFrame                                                            int32
 		connBuffered, buffered                                              int64
@@ -106,6 +107,19 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 			if err != nil {
 				return err
 			}
+			var noLease bool
+			switch forwardWithoutLease {
+			case "auto":
+				noLease = true
+				if controlPlane != "" {
+					log.Info("without a lease, produce for topics whose source is fenced at the cutover keeps flowing to the source " +
+						"(--forward-without-lease=auto: the control plane says which, by whether the source has an authorizer)")
+				}
+			case "never":
+				log.Info("without a lease, every write to the source waits for one (--forward-without-lease=never)")
+			default:
+				return fmt.Errorf(`--forward-without-lease: want "auto" or "never", got %q`, forwardWithoutLease)
+			}
 			if dstPrincipal == "" {
 				// Known from SASL flags (a user, or an OAuth token's
 				// subject); else User:ANONYMOUS without SASL or a client
@@ -134,6 +148,7 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 				agent.FrameTimeout(frameTimeout), agent.IdleTimeout(idleTimeout),
 				agent.UpstreamConns(upstreamConns),
 				agent.ProducerIDs(producerIDs), agent.ProducerIDIdle(producerIDIdle), agent.WriteRanges(wr),
+				agent.ForwardWithoutLease(noLease),
 				agent.ByteCounters(counters),
 				agent.Filters([]filter.Factory{mf}...),
 				agent.Logger(log), agent.Registry(reg),
@@ -167,6 +182,7 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 	cpTLS.add(f, "control-plane", "the control plane")
 	f.StringVar(&controlPlane, "control-plane", "", "control plane gRPC address, or every replica's, comma-separated (or one DNS name resolving to each): routes over xDS and a lease (instead of --routes)")
 	f.StringVar(&writeRanges, "write-ranges", "auto", "keep the source offset ranges of acked produce for the control plane's bypass detection: auto (with --control-plane), on (also with --routes, to measure the cost) or off")
+	f.StringVar(&forwardWithoutLease, "forward-without-lease", "auto", "with --control-plane: auto keeps forwarding produce for REJECT and PROXY topics the control plane fences on the source at their cutover while the agent holds no lease (a control plane out of reach stalls none of their producers); never makes every write to the source wait for the lease")
 	f.StringVar(&nodeID, "node-id", "", "this agent's node id at the control plane (default: the hostname)")
 	f.StringVar(&namespace, "namespace", "", "node metadata: the workload's namespace, for staged rollout")
 	f.StringVar(&workload, "workload", "", "node metadata: the workload's name")
