@@ -168,8 +168,9 @@ func (a *Agent) leaseValid() bool {
 
 // mayForward says whether a produce for r may go to the source now: under
 // a lease, or without one for a REJECT or PROXY topic the source fences at
-// the cutover (ForwardWithoutLease). The first produce forwarded without a
-// lease after one ran out is logged.
+// the cutover (ForwardWithoutLease), up to migration.UnleasedForward after
+// the lease ran out. The first produce forwarded without a lease after one
+// ran out is logged.
 func (a *Agent) mayForward(r Route) bool {
 	if a.leaseValid() {
 		if a.cp != nil && a.cp.unleased.Load() {
@@ -178,6 +179,14 @@ func (a *Agent) mayForward(r Route) bool {
 		return true
 	}
 	if !a.cfg.noLeaseForward || !r.SourceFenced || (r.State != migration.Reject && r.State != migration.Proxy) {
+		return false
+	}
+	if until := a.cp.keeper.ValidUntil(); until.IsZero() || time.Since(until) >= migration.UnleasedForward {
+		if !until.IsZero() && a.cp.unleased.CompareAndSwap(true, false) {
+			a.log.Error("no lease from the control plane for the longest an agent forwards without one: produce to the "+
+				"source waits for a lease again. Check the control plane is up and reachable", "lease_ran_out", until,
+				"bound", migration.UnleasedForward)
+		}
 		return false
 	}
 	if a.cp.unleased.CompareAndSwap(false, true) {

@@ -625,6 +625,14 @@ func (k *LeaseKeeper) Valid() bool {
 	return k.cfg.now().Before(k.validUntil)
 }
 
+// ValidUntil is when the agent's lease runs out (ran out), by the agent's
+// clock; zero before the first grant.
+func (k *LeaseKeeper) ValidUntil() time.Time {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.validUntil
+}
+
 // Renewed returns a channel closed at the next heartbeat that grants the
 // lease. A lease becomes valid only then, so a write waiting for one waits
 // on this channel (and checks Valid again) instead of polling.

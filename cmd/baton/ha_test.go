@@ -201,7 +201,7 @@ func TestReplicasElectOneLeader(t *testing.T) {
 
 // startHAAgent runs an agent given every replica's address; stop ends it
 // as a kill would (no last heartbeat).
-func startHAAgent(t *testing.T, ctx context.Context, node string, replicas, src, dst []string) (*agent.Agent, func()) {
+func startHAAgent(t *testing.T, ctx context.Context, node string, replicas, src, dst []string, opts ...agent.Opt) (*agent.Agent, func()) {
 	t.Helper()
 	log := &testlog.Buffer{}
 	t.Cleanup(func() {
@@ -215,8 +215,8 @@ func startHAAgent(t *testing.T, ctx context.Context, node string, replicas, src,
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	a, err := agent.New(agent.Listen("127.0.0.1:0"), agent.Source(src...), agent.Destination(dst...),
-		agent.Logger(slog.New(slog.NewTextHandler(log, nil))), agent.ControlPlane(conn, xds.NodeMeta(node, "team", "app")))
+	a, err := agent.New(append([]agent.Opt{agent.Listen("127.0.0.1:0"), agent.Source(src...), agent.Destination(dst...),
+		agent.Logger(slog.New(slog.NewTextHandler(log, nil))), agent.ControlPlane(conn, xds.NodeMeta(node, "team", "app"))}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,6 +283,11 @@ func (p *haProducer) count() int { p.mu.Lock(); defer p.mu.Unlock(); return len(
 func (p *haProducer) resetGap() { p.mu.Lock(); defer p.mu.Unlock(); p.maxGap = 0 }
 
 func (p *haProducer) gap() time.Duration { p.mu.Lock(); defer p.mu.Unlock(); return p.maxGap }
+
+func (p *haProducer) lastAckAt() time.Time { p.mu.Lock(); defer p.mu.Unlock(); return p.lastAck }
+
+// failed is the error a produce ended the producer with, if one did.
+func (p *haProducer) failed() error { p.mu.Lock(); defer p.mu.Unlock(); return p.err }
 
 // stop ends the producer and returns what it got acked; a failed produce
 // fails the test.
