@@ -116,10 +116,14 @@ func (cp *ControlPlane) restoreOne(topic string) bool {
 	var err error
 	if protect {
 		actx, cancel := context.WithTimeout(cp.ctx, cp.cfg.timeout)
-		err = cp.cfg.guard.Protect(actx, topic)
-		if err == nil && fenceUp {
-			err = cp.liftFence(actx, topic)
+		// The source fence first, and whatever the destination does: a
+		// rollback often follows a destination that is down, and every
+		// producer of the topic is refused until the fence is lifted.
+		var ferr error
+		if fenceUp {
+			ferr = cp.liftFence(actx, topic)
 		}
+		err = errors.Join(ferr, cp.cfg.guard.Protect(actx, topic))
 		cancel()
 	}
 	cp.guardMu.Unlock()
