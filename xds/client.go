@@ -19,6 +19,7 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -585,6 +586,7 @@ func ValidateRoute(r *batonv1.TopicRoute) error {
 type LeaseKeeper struct {
 	cfg    clientConfig
 	client batonv1.LeaseClient
+	conn   grpc.ClientConnInterface
 	node   *core.Node
 	report func() (acked uint64, topics []*batonv1.TopicDrain)
 	target string // the control plane's address, for logs
@@ -610,7 +612,7 @@ func NewLeaseKeeper(conn grpc.ClientConnInterface, node *core.Node,
 	if node.GetId() == "" || report == nil {
 		return nil, fmt.Errorf("%w: node id and report are required", ErrBadConfig)
 	}
-	k := &LeaseKeeper{cfg: cfg, client: batonv1.NewLeaseClient(conn), node: node, report: report, lease: migration.DefaultLease, // until the first grant says otherwise
+	k := &LeaseKeeper{cfg: cfg, client: batonv1.NewLeaseClient(conn), conn: conn, node: node, report: report, lease: migration.DefaultLease, // until the first grant says otherwise
 		renewed: make(chan struct{}), incarnation: rand.Uint64() | 1}
 	if t, ok := conn.(interface{ Target() string }); ok {
 		k.target = t.Target()
@@ -652,6 +654,7 @@ func (k *LeaseKeeper) Last() *batonv1.HeartbeatResponse {
 // Heartbeat sends one heartbeat and, if granted, extends the lease to
 // send time + lease.
 func (k *LeaseKeeper) Heartbeat(ctx context.Context) (*batonv1.HeartbeatResponse, error) {
+
 	// Stamped before the report is made: the report then holds every
 	// write answered before sent_at (bypass detection relies on it), and
 	// the lease clock starts no later than the request.
@@ -702,7 +705,14 @@ func (k *LeaseKeeper) Heartbeat(ctx context.Context) (*batonv1.HeartbeatResponse
 func (k *LeaseKeeper) Run(ctx context.Context) error {
 	var lostAt time.Time // zero while the control plane answers
 	for {
-		resp, err := k.Heartbeat(ctx)
+		// Bounded: a control plane that hangs must not keep the keeper
+		// from trying the next replica, or from logging the loss.
+		k.mu.Lock()
+		limit := k.lease
+		k.mu.Unlock()
+		hctx, cancel := context.WithTimeout(ctx, limit)
+		resp, err := k.Heartbeat(hctx)
+		cancel()
 		k.mu.Lock()
 		every := k.lease / 3
 		validUntil := k.validUntil
@@ -729,10 +739,39 @@ func (k *LeaseKeeper) Run(ctx context.Context) error {
 				"required", resp.GetRequiredVersion())
 			every = min(every, k.cfg.minBackoff*4)
 		}
+		var ready <-chan struct{}
+		if err != nil {
+			ready = k.whenReady(ctx, every)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(every):
+		case <-ready:
+			// A replica that was down, or newly elected, accepted the
+			// connection: heartbeat now, not at the next retry.
 		}
 	}
+}
+
+// whenReady returns a channel closed once the keeper's connection is (or
+// becomes) ready within d; nil for a connection that does not say.
+func (k *LeaseKeeper) whenReady(ctx context.Context, d time.Duration) <-chan struct{} {
+	cc, ok := k.conn.(*grpc.ClientConn)
+	if !ok {
+		return nil
+	}
+	ch := make(chan struct{})
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		cc.Connect()
+		for s := cc.GetState(); s != connectivity.Ready; s = cc.GetState() {
+			if !cc.WaitForStateChange(wctx, s) {
+				return
+			}
+		}
+		close(ch)
+	}()
+	return ch
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"strings"
 	"time"
@@ -16,8 +15,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/resolver"
-	"google.golang.org/grpc/resolver/manual"
 
 	"github.com/baton-kafka/baton/agent"
 	"github.com/baton-kafka/baton/bpf"
@@ -79,7 +76,7 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 				if cfg != nil {
 					creds = credentials.NewTLS(cfg)
 				}
-				target, ropts := controlPlaneTarget(controlPlane)
+				target, ropts := xds.ReplicasTarget(splitList(controlPlane))
 				conn, err := grpc.NewClient(target, append(ropts, grpc.WithTransportCredentials(creds))...)
 				if err != nil {
 					return fmt.Errorf("--control-plane %s: %w", controlPlane, err)
@@ -232,22 +229,3 @@ func parseWriteRanges(s string) (agent.WriteRangesMode, error) {
 	return 0, fmt.Errorf(`--write-ranges: want "auto", "on" or "off", got %q`, s)
 }
 
-// controlPlaneTarget is the gRPC target of --control-plane: one address
-// as is (a DNS name resolving to several replicas gives each), several
-// through a static resolver. Either way the client keeps to one replica
-// and moves to the next when it fails.
-func controlPlaneTarget(flag string) (string, []grpc.DialOption) {
-	addrs := splitList(flag)
-	if len(addrs) == 1 {
-		return addrs[0], nil
-	}
-	r := manual.NewBuilderWithScheme("baton-replicas")
-	state := resolver.State{}
-	for _, a := range addrs {
-		// Each replica's TLS certificate is checked against its own host.
-		host, _, _ := net.SplitHostPort(a)
-		state.Addresses = append(state.Addresses, resolver.Address{Addr: a, ServerName: host})
-	}
-	r.InitialState(state)
-	return r.Scheme() + ":///control-plane", []grpc.DialOption{grpc.WithResolvers(r)}
-}

@@ -209,7 +209,7 @@ func startHAAgent(t *testing.T, ctx context.Context, node string, replicas, src,
 			t.Logf("%s log:\n%s", node, log)
 		}
 	})
-	target, ropts := controlPlaneTarget(strings.Join(replicas, ","))
+	target, ropts := xds.ReplicasTarget(replicas)
 	conn, err := grpc.NewClient(target, append(ropts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		t.Fatal(err)
