@@ -101,11 +101,12 @@ func TestSourceFenceRealKafka(t *testing.T) {
 	startReplicas := func(round int) {
 		for i, addr := range grpcAddrs {
 			id := fmt.Sprintf("r%d", i+1)
-			kills[id], logs[id] = startReplica(t, "--source", src.Bootstrap(), "--destination", dst.Bootstrap(),
+			p := startReplica(t, "--source", src.Bootstrap(), "--destination", dst.Bootstrap(),
 				"--source-sasl-mechanism", "PLAIN", "--source-sasl-user", "admin", "--source-sasl-password-file", pwFile,
 				"--source-fence", "auto", "--write-guard", "none",
 				"--etcd-endpoints", endpoints, "--replica-id", id, "--leader-ttl", "1s",
 				"--grpc", addr, "--http", "127.0.0.1:0", "--cutover-timeout", "60s")
+			kills[id], logs[id] = p.kill, p.log
 			t.Cleanup(func() {
 				if t.Failed() {
 					t.Logf("replica %s (round %d) log:\n%s", id, round, logs[id])

@@ -61,12 +61,12 @@ func TestReplicasElectOneLeader(t *testing.T) {
 	replicas := map[string]replica{}
 	for i := range grpcAddrs {
 		id := fmt.Sprintf("r%d", i+1)
-		kill, log := startReplica(t, "--source", src.Bootstrap(), "--destination", dst.Bootstrap(), "--write-guard", "none",
+		p := startReplica(t, "--source", src.Bootstrap(), "--destination", dst.Bootstrap(), "--write-guard", "none",
 			"--etcd-endpoints", endpoints, "--replica-id", id, "--leader-ttl", "1s",
 			"--grpc", grpcAddrs[i], "--http", "127.0.0.1:0", "--cutover-timeout", "40s")
-		replicas[id] = replica{kill, log}
+		replicas[id] = replica{p.kill, p.log}
 		if i == 0 {
-			apiOf(t, id, log) // r1 leads
+			apiOf(t, id, p.log) // r1 leads
 		}
 	}
 	status := func() controlplane.ClusterStatus {
@@ -332,9 +332,10 @@ func checkOnDestination(t *testing.T, ctx context.Context, dst []string, acked [
 // startReplica runs `baton controlplane args...` in a process of its own
 // until the test ends, without waiting for it to serve: it may wait in the
 // leader election. kill ends it with SIGKILL.
-func startReplica(t *testing.T, args ...string) (kill func(), log *testlog.Buffer) {
+func startReplica(t *testing.T, args ...string) *controlPlaneProc {
 	t.Helper()
-	log, exited, kill := runControlPlane(t, args...)
+	p := runControlPlane(t, args...)
+	log, exited := p.log, p.exited
 	wait.For(t, 2*time.Minute, "the replica to campaign", func() string {
 		select {
 		case <-exited:
@@ -346,7 +347,7 @@ func startReplica(t *testing.T, args ...string) (kill func(), log *testlog.Buffe
 		}
 		return ""
 	})
-	return kill, log
+	return p
 }
 
 // apiOf waits for a replica's "control plane up" line and returns its
