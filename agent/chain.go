@@ -265,4 +265,7 @@ type sourceLease struct{ a *Agent }
 
 var _ route.Lease = sourceLease{}
 
-func (l sourceLease) MayWrite(topic string) bool { return l.a.mayForward(l.a.routes.Lookup(topic)) }
+func (l sourceLease) MayWrite(topic string) bool {
+	// The route is looked up only without a lease: not on every produce.
+	return l.a.leaseValid() || l.a.mayForward(l.a.routes.Lookup(topic))
+}
