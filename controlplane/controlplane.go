@@ -600,6 +600,10 @@ func (cp *ControlPlane) AddTopic(ctx context.Context, spec TopicSpec, actor stri
 	if err := Transition(migration.Unmanaged, spec.State); err != nil {
 		return Topic{}, err
 	}
+	promised, err := cp.fencePromised(ctx, spec.Name)
+	if err != nil {
+		return Topic{}, err
+	}
 	if err := cp.cfg.guard.Protect(ctx, spec.Name); err != nil {
 		return Topic{}, fmt.Errorf("controlplane: protecting %s on the destination: %w", spec.Name, err)
 	}
@@ -608,7 +612,7 @@ func (cp *ControlPlane) AddTopic(ctx context.Context, spec TopicSpec, actor stri
 		cp.mu.Unlock()
 		return Topic{}, fmt.Errorf("%w: %s", ErrTopicExists, spec.Name)
 	}
-	t := Topic{TopicSpec: spec, FenceAtCutover: cp.fenced()}
+	t := Topic{TopicSpec: spec, FenceAtCutover: cp.fenced() || promised}
 	err = cp.commitLocked(ctx, t, false)
 	t = *cp.topics[spec.Name]
 	cp.mu.Unlock()
@@ -638,6 +642,12 @@ func (cp *ControlPlane) SetState(ctx context.Context, name string, to migration.
 	if to == migration.Migrating || to == migration.Complete {
 		return Topic{}, fmt.Errorf("%w: %s -> %s: rule %q: use migrate", ErrIllegalTransition, from, to, RuleCompleteByCutover.Name)
 	}
+	if to == migration.Unmanaged && t.SourceFenceUp && from != migration.Complete {
+		// Only the restore of a REJECT or PROXY topic lifts it.
+		return Topic{}, fmt.Errorf("%w: %s -> %s: %s is fenced on the source since a rolled-back cutover, and the fence is "+
+			"lifted in the background (see status): removing it first would leave the fence up with nobody to lift it",
+			ErrIllegalTransition, from, to, name)
+	}
 	nt := *t
 	nt.State = to
 	if err := cp.commitLocked(ctx, nt, to == migration.Unmanaged); err != nil {
@@ -647,7 +657,8 @@ func (cp *ControlPlane) SetState(ctx context.Context, name string, to migration.
 	if to == migration.Unmanaged {
 		kind = EventRemoved
 	}
-	cp.event(ctx, Event{Topic: name, Kind: kind, From: from.String(), To: to.String(), Actor: actor, Version: cp.version})
+	cp.event(ctx, Event{Topic: name, Kind: kind, From: from.String(), To: to.String(), Actor: actor, Version: cp.version,
+		FenceAtCutover: to == migration.Unmanaged && t.FenceAtCutover})
 	if to == migration.Unmanaged {
 		return nt, nil
 	}

@@ -46,6 +46,10 @@ func (cp *ControlPlane) Migrate(ctx context.Context, name, actor string, force .
 	case t.FenceAtCutover && !cp.fenced():
 		refused = "its routes told agents the source is fenced at the cutover (they may forward it without a lease), " +
 			"and this control plane runs without a source fence: restart it with --source-fence=acl and the source's admin credentials"
+	case t.SourceFenceUp:
+		// Lifted in the background (restoreOne): a lift still on its way
+		// would take down this cutover's fence after it found it up.
+		refused = "the source fence of its last cutover, rolled back, is still up: it is being lifted in the background (see status)"
 	case len(diverged) > 0:
 		refused = divergedText(name, diverged)
 	case g != nil:

@@ -215,6 +215,11 @@ func (f *ACLFence) Lift(ctx context.Context, topic string) error {
 	if len(owned) == 0 {
 		return nil
 	}
+	// The record written again before the delete: a deposed leader's write
+	// fails (ErrNotLeader), so it lifts no fence its successor put up.
+	if err := f.store(ctx, topic, owned); err != nil {
+		return fmt.Errorf("%w: confirming the fence's record of %s before lifting it: %v", ErrSourceFence, topic, err)
+	}
 	res, err := kadm.NewClient(f.Client).DeleteACLs(ctx, fenceBuilder(topic))
 	if err == nil {
 		for _, r := range res {
@@ -385,4 +390,28 @@ func (cp *ControlPlane) liftFence(ctx context.Context, name string) error {
 	cp.event(ctx, Event{Topic: name, Kind: EventSourceFenceLifted, Actor: ActorControlPlane,
 		Reason: "producers may write " + name + " on the source again"})
 	return nil
+}
+
+// fencePromised reports whether topic, about to be added, was removed so
+// recently that an agent cut off since may still forward it without a
+// lease on its old route's source_fenced: then the new topic keeps the
+// promise (and a control plane without a fence refuses its cutover). Read
+// from the event log, which outlives restarts and leaders.
+func (cp *ControlPlane) fencePromised(ctx context.Context, topic string) (bool, error) {
+	if cp.fenced() {
+		return true, nil // promised anyway
+	}
+	evs, err := cp.store.Events(ctx, topic, 0)
+	if err != nil {
+		return false, fmt.Errorf("controlplane: reading %s's events: %w", topic, err)
+	}
+	for i := len(evs) - 1; i >= 0; i-- {
+		if e := evs[i]; e.Kind == EventRemoved {
+			// An agent writes no later than its lease's end (at most a lease
+			// after the removal was pushed) + UnleasedForward + F.
+			kept := cp.cfg.lease + migration.UnleasedForward + cp.cfg.forward
+			return e.FenceAtCutover && cp.now().Before(e.Time.Add(kept)), nil
+		}
+	}
+	return false, nil
 }

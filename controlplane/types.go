@@ -172,4 +172,8 @@ type Event struct {
 	StartedAt time.Time `json:"startedAt,omitzero"`
 	// Bypass details forgotten_producer and source_written_after_complete.
 	Bypass *BypassInfo `json:"bypass,omitempty"`
+	// FenceAtCutover, on a removed event: the topic's routes had promised
+	// the source fence (design §6.1). An agent cut off keeps that route, so
+	// the topic added again soon after keeps the promise.
+	FenceAtCutover bool `json:"fenceAtCutover,omitempty"`
 }
