@@ -228,4 +228,3 @@ func parseWriteRanges(s string) (agent.WriteRangesMode, error) {
 	}
 	return 0, fmt.Errorf(`--write-ranges: want "auto", "on" or "off", got %q`, s)
 }
-
