@@ -231,6 +231,16 @@ func (a *Agent) sourceFenceRefused(topic string, code int16) int16 {
 // an agent never keeps a request uncertain longer than the control plane
 // waits for it.
 func (a *Agent) forwardDeadline(topics []string) time.Duration {
+	f := a.heldForwardDeadline(topics)
+	if a.cp != nil && !a.leaseValid() {
+		// Forwarded without a lease (a fenced topic): the cutover's wait
+		// after the fence counts with at most this.
+		f = min(f, migration.UnleasedForwardDeadline)
+	}
+	return f
+}
+
+func (a *Agent) heldForwardDeadline(topics []string) time.Duration {
 	f := time.Duration(0)
 	for _, t := range topics {
 		if d := a.routes.Lookup(t).ForwardDeadline; d > 0 && (f == 0 || d < f) {

@@ -244,7 +244,8 @@ func (cp *ControlPlane) cutoverSteps(ctx context.Context, name string, co Cutove
 		for _, n := range pending.expired {
 			if waiting[n] && !expired[n] {
 				expired[n] = true
-				ev(EventAgentExpired, n, "silent past lease grant + lease + forward deadline")
+				ev(EventAgentExpired, n, "silent past lease grant + lease + forward deadline, or, on a topic the source "+
+					"fence closes, past two thirds of a lease")
 			}
 		}
 		return len(pending.waiting) == 0, pending.summary(), nil
@@ -415,8 +416,10 @@ func (cp *ControlPlane) pendingAgents(topic string, v uint64) pending {
 	// Agents answer a forwarded produce within the F pushed in the topic's
 	// route: wait out the larger of it and the control plane's own.
 	forward := cp.cfg.forward
+	fenced := false
 	if t, ok := cp.topics[topic]; ok {
 		forward = max(forward, t.ForwardDeadline)
+		fenced = t.FenceAtCutover
 	}
 	for _, a := range cp.agents {
 		if a.GrantedAt.IsZero() {
@@ -424,6 +427,14 @@ func (cp *ControlPlane) pendingAgents(topic string, v uint64) pending {
 		}
 		safeAt := a.GrantedAt.Add(cp.cfg.lease + forward)
 		if !now.Before(safeAt) {
+			p.expired = append(p.expired, a.Node)
+			continue
+		}
+		// A fenced topic's source refuses whatever a silent agent sends
+		// after the fence (the next step), so the drain waits only for
+		// agents that heartbeat: one that missed a renewal is not waited
+		// out. It also keeps the copy its room in the timeout.
+		if fenced && now.Sub(a.LastHeartbeat) > 2*cp.cfg.lease/3 {
 			p.expired = append(p.expired, a.Node)
 			continue
 		}

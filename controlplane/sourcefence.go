@@ -77,6 +77,12 @@ type ACLFence struct {
 	// Owned keeps what Fence created, by topic (default: in memory, lost
 	// on restart; the control plane passes its etcd store's fence ledger).
 	Owned GuardLedger
+	// Term bounds the time from the start of a ledger write to the ACL
+	// change it records: a leader paused longer may have been deposed
+	// meanwhile (its successor acting on the source), so the change is
+	// abandoned and retried, and the retry's fenced write fails if it was.
+	// Default one second; the control plane passes its leader TTL.
+	Term time.Duration
 
 	mu  sync.Mutex
 	mem map[string][]OwnedACL
@@ -108,6 +114,26 @@ func (f *ACLFence) store(ctx context.Context, topic string, acls []OwnedACL) err
 	return nil
 }
 
+// recordInTerm stores topic's record and fails if that took longer than
+// Term: etcd fences the write, not the ACL call after it, so a leader
+// paused between the two must not make the call (see Term). What is left
+// is a pause between this check and the request leaving.
+func (f *ACLFence) recordInTerm(ctx context.Context, topic string, acls []OwnedACL) error {
+	term := f.Term
+	if term <= 0 {
+		term = time.Second
+	}
+	start := time.Now()
+	if err := f.store(ctx, topic, acls); err != nil {
+		return err
+	}
+	if took := time.Since(start); took > term {
+		return fmt.Errorf("the record took %v, longer than a leader term (%v): this replica may have been deposed "+
+			"meanwhile, so it changes no ACL on it; retried", took.Round(time.Millisecond), term)
+	}
+	return nil
+}
+
 func fenceBuilder(topic string) *kadm.ACLBuilder {
 	return kadm.NewACLs().Topics(topic).Operations(kadm.OpWrite).ResourcePatternType(kadm.ACLPatternLiteral).
 		Deny(fenceACL.Principal).DenyHosts("*")
@@ -126,7 +152,7 @@ func (f *ACLFence) Fence(ctx context.Context, topic string) error {
 	if hasFenceACL(res, topic) {
 		return nil // ours (recorded) or the operator's (left alone by Lift)
 	}
-	if err := f.store(ctx, topic, []OwnedACL{fenceACL}); err != nil {
+	if err := f.recordInTerm(ctx, topic, []OwnedACL{fenceACL}); err != nil {
 		return fmt.Errorf("%w: recording the fence of %s: %v", ErrSourceFence, topic, err)
 	}
 	if err := createACLs(ctx, adm, fenceBuilder(topic)); err != nil {
@@ -217,7 +243,7 @@ func (f *ACLFence) Lift(ctx context.Context, topic string) error {
 	}
 	// The record written again before the delete: a deposed leader's write
 	// fails (ErrNotLeader), so it lifts no fence its successor put up.
-	if err := f.store(ctx, topic, owned); err != nil {
+	if err := f.recordInTerm(ctx, topic, owned); err != nil {
 		return fmt.Errorf("%w: confirming the fence's record of %s before lifting it: %v", ErrSourceFence, topic, err)
 	}
 	res, err := kadm.NewClient(f.Client).DeleteACLs(ctx, fenceBuilder(topic))
@@ -326,7 +352,10 @@ func (cp *ControlPlane) fenceSource(ctx, dctx context.Context, name string, ev f
 		return fmt.Errorf("%w: %s: its routes told agents the source is fenced at the cutover", ErrNoSourceFence, name)
 	}
 	deadline := t.Cutover.Deadline
-	forward := max(cp.cfg.forward, t.ForwardDeadline)
+	// An agent forwarding without a lease answers within its F, capped at
+	// UnleasedForwardDeadline: the F it holds may be an earlier control
+	// plane's, larger than this one's.
+	forward := max(cp.cfg.forward, t.ForwardDeadline, migration.UnleasedForwardDeadline)
 	nt, co := *t, *t.Cutover
 	co.Step = "fence-source"
 	nt.Cutover, nt.SourceFenceUp = &co, true

@@ -40,6 +40,11 @@ const (
 	// bypass detection tell an agent cut off from one that is gone: none
 	// writes later than its lease's end plus this plus F.
 	UnleasedForward = 10 * time.Minute
+	// UnleasedForwardDeadline caps F for produce an agent forwards
+	// without a lease (UnleasedForward): the F it holds came from a
+	// control plane that may since have restarted with a smaller one, and
+	// the cutover's wait after the source fence counts with at least this.
+	UnleasedForwardDeadline = DefaultForwardDeadline
 )
 
 // Sentinel errors.

@@ -654,7 +654,6 @@ func (k *LeaseKeeper) Last() *batonv1.HeartbeatResponse {
 // Heartbeat sends one heartbeat and, if granted, extends the lease to
 // send time + lease.
 func (k *LeaseKeeper) Heartbeat(ctx context.Context) (*batonv1.HeartbeatResponse, error) {
-
 	// Stamped before the report is made: the report then holds every
 	// write answered before sent_at (bypass detection relies on it), and
 	// the lease clock starts no later than the request.
@@ -705,8 +704,9 @@ func (k *LeaseKeeper) Heartbeat(ctx context.Context) (*batonv1.HeartbeatResponse
 func (k *LeaseKeeper) Run(ctx context.Context) error {
 	var lostAt time.Time // zero while the control plane answers
 	for {
-		// Bounded: a control plane that hangs must not keep the keeper
-		// from trying the next replica, or from logging the loss.
+		// Bounded, so that a control plane that hangs is logged as lost
+		// and asked again. It does not move the agent to another replica:
+		// gRPC keeps a connection that is still up (design §13.1).
 		k.mu.Lock()
 		limit := k.lease
 		k.mu.Unlock()
@@ -755,7 +755,10 @@ func (k *LeaseKeeper) Run(ctx context.Context) error {
 }
 
 // whenReady returns a channel closed once the keeper's connection is (or
-// becomes) ready within d; nil for a connection that does not say.
+// becomes) ready within d; nil for a connection that does not say. A
+// connection ready when asked must first leave READY: a heartbeat that
+// failed over it was the control plane's answer (or its timeout), retried
+// after d, not at once.
 func (k *LeaseKeeper) whenReady(ctx context.Context, d time.Duration) <-chan struct{} {
 	cc, ok := k.conn.(*grpc.ClientConn)
 	if !ok {
@@ -765,6 +768,9 @@ func (k *LeaseKeeper) whenReady(ctx context.Context, d time.Duration) <-chan str
 	go func() {
 		wctx, cancel := context.WithTimeout(ctx, d)
 		defer cancel()
+		if s := cc.GetState(); s == connectivity.Ready && !cc.WaitForStateChange(wctx, s) {
+			return
+		}
 		cc.Connect()
 		for s := cc.GetState(); s != connectivity.Ready; s = cc.GetState() {
 			if !cc.WaitForStateChange(wctx, s) {

@@ -183,6 +183,7 @@ allowed to alter and describe ACLs.`,
 			}
 			if f, ok := fence.(*controlplane.ACLFence); ok {
 				f.Owned = store.FenceLedger() // what the fence created, so that a rollback removes that and nothing else
+				f.Term = leaderTTL            // an ACL change after a longer pause may be a deposed leader's
 				log.Info("source fence: a cutover denies writes to its topic on the source (DENY WRITE User:*), and agents " +
 					"may forward REJECT and PROXY topics without a lease")
 			} else {
