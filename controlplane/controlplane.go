@@ -604,6 +604,10 @@ func (cp *ControlPlane) AddTopic(ctx context.Context, spec TopicSpec, actor stri
 	if err != nil {
 		return Topic{}, err
 	}
+	leftUp, err := cp.fenceLeftUp(ctx, spec.Name)
+	if err != nil {
+		return Topic{}, err
+	}
 	if err := cp.cfg.guard.Protect(ctx, spec.Name); err != nil {
 		return Topic{}, fmt.Errorf("controlplane: protecting %s on the destination: %w", spec.Name, err)
 	}
@@ -612,7 +616,7 @@ func (cp *ControlPlane) AddTopic(ctx context.Context, spec TopicSpec, actor stri
 		cp.mu.Unlock()
 		return Topic{}, fmt.Errorf("%w: %s", ErrTopicExists, spec.Name)
 	}
-	t := Topic{TopicSpec: spec, FenceAtCutover: cp.fenced() || promised}
+	t := Topic{TopicSpec: spec, FenceAtCutover: cp.fenced() || promised, SourceFenceUp: leftUp}
 	err = cp.commitLocked(ctx, t, false)
 	t = *cp.topics[spec.Name]
 	cp.mu.Unlock()
@@ -621,6 +625,9 @@ func (cp *ControlPlane) AddTopic(ctx context.Context, spec TopicSpec, actor stri
 	}
 	if err := cp.cfg.repl.Start(spec.Name); err != nil {
 		cp.log.Error("starting replication", "topic", spec.Name, "err", err)
+	}
+	if leftUp {
+		cp.restoreGuard(spec.Name, false) // lifts the fence an earlier cutover left up
 	}
 	cp.event(ctx, Event{Topic: t.Name, Kind: EventAdded, To: t.State.String(), Actor: actor, Version: t.Version})
 	return t, nil

@@ -232,6 +232,13 @@ func (f *ACLFence) Enforced(ctx context.Context, topic string) (bool, string, er
 	return true, "", nil
 }
 
+// Recorded reports whether the ledger holds a fence of topic's: one a
+// cutover put up and no rollback lifted (a COMPLETE topic's, kept).
+func (f *ACLFence) Recorded(ctx context.Context, topic string) (bool, error) {
+	owned, err := f.load(ctx, topic)
+	return len(owned) > 0, err
+}
+
 // Lift implements SourceFence.
 func (f *ACLFence) Lift(ctx context.Context, topic string) error {
 	owned, err := f.load(ctx, topic)
@@ -419,6 +426,27 @@ func (cp *ControlPlane) liftFence(ctx context.Context, name string) error {
 	cp.event(ctx, Event{Topic: name, Kind: EventSourceFenceLifted, Actor: ActorControlPlane,
 		Reason: "producers may write " + name + " on the source again"})
 	return nil
+}
+
+// fenceRecorder is a SourceFence that can say whether a topic's fence
+// is up from an earlier cutover (ACLFence).
+type fenceRecorder interface {
+	Recorded(ctx context.Context, topic string) (bool, error)
+}
+
+// fenceLeftUp reports whether topic, about to be added, is still fenced
+// on the source by a cutover of an earlier time it was managed (COMPLETE,
+// then removed): the new topic's restore lifts it, as a rollback's would.
+func (cp *ControlPlane) fenceLeftUp(ctx context.Context, topic string) (bool, error) {
+	r, ok := cp.cfg.fence.(fenceRecorder)
+	if !ok {
+		return false, nil
+	}
+	up, err := r.Recorded(ctx, topic)
+	if err != nil {
+		return false, fmt.Errorf("controlplane: reading %s's source fence record: %w", topic, err)
+	}
+	return up, nil
 }
 
 // fencePromised reports whether topic, about to be added, was removed so

@@ -507,6 +507,19 @@ func TestSourceFenceCutover(t *testing.T) {
 				if !a.sourceFenced(topic) {
 					t.Error("the COMPLETE route dropped source_fenced")
 				}
+				// Removed and added again: the new PROXY topic's restore
+				// lifts the fence its COMPLETE cutover left up.
+				if _, err := p.cp.SetState(ctx, topic, migration.Unmanaged, "test"); err != nil {
+					t.Fatal(err)
+				}
+				readded, err := p.cp.AddTopic(ctx, TopicSpec{Name: topic}, "test")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !readded.SourceFenceUp {
+					t.Error("re-added with the last cutover's fence up, and SourceFenceUp false: nobody lifts it")
+				}
+				eventually(t, ctx, "the re-added topic's fence lifted", func() bool { return canWrite(t, k.src, "app", topic) == nil })
 			} else {
 				if n := countKind(t, ctx, p, topic, EventSourceFenced); n != 0 {
 					t.Errorf("%d source_fenced events without a fence", n)
