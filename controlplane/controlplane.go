@@ -600,6 +600,12 @@ func (cp *ControlPlane) AddTopic(ctx context.Context, spec TopicSpec, actor stri
 	if err := Transition(migration.Unmanaged, spec.State); err != nil {
 		return Topic{}, err
 	}
+	cp.mu.Lock()
+	_, exists := cp.topics[spec.Name]
+	cp.mu.Unlock()
+	if exists { // checked again below, under the lock: this spares the reads
+		return Topic{}, fmt.Errorf("%w: %s", ErrTopicExists, spec.Name)
+	}
 	promised, err := cp.fencePromised(ctx, spec.Name)
 	if err != nil {
 		return Topic{}, err

@@ -804,11 +804,11 @@ func (l *failingLedger) GuardACLs(ctx context.Context, topic string) ([]OwnedACL
 	return l.GuardLedger.GuardACLs(ctx, topic)
 }
 
-// rollBackFenced adds topic, runs a cutover of it until it fenced the
-// source, and aborts it.
+// rollBackFenced adds topic (unless the test did), runs a cutover of it
+// until it fenced the source, and aborts it.
 func rollBackFenced(t *testing.T, ctx context.Context, p *plane, k *kafkaEnv, topic string, a *standIn) {
 	t.Helper()
-	if _, err := p.cp.AddTopic(ctx, TopicSpec{Name: topic}, "test"); err != nil {
+	if _, err := p.cp.AddTopic(ctx, TopicSpec{Name: topic}, "test"); err != nil && !errors.Is(err, ErrTopicExists) {
 		t.Fatal(err)
 	}
 	waitLeases(t, ctx, p, a)
@@ -862,7 +862,10 @@ func TestSourceFenceNotLeftBehindByRemoval(t *testing.T) {
 	p := startPlaneStore(t, ctx, st, "", k, WithSourceFence(&ACLFence{Client: admCl, Owned: led}))
 	a := startAgent(t, ctx, p.addr, "a")
 	k.produce(t, ctx, topic, 10)
-	led.failing.Store(true)
+	if _, err := p.cp.AddTopic(ctx, TopicSpec{Name: topic}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	led.failing.Store(true) // the rollback's lift cannot read its record
 	rollBackFenced(t, ctx, p, k, topic, a)
 	wantEvents(t, ctx, p, topic, EventRolledBack, EventGuardRestoreFailed)
 	wantRefused(t, k.src, "app", topic, "while the lift fails")
