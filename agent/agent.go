@@ -88,6 +88,7 @@ type config struct {
 	byteCounters    bpf.Mode
 	headroomWindow  time.Duration // 0: headroom.DefaultWindow
 	writeRanges     WriteRangesMode
+	noLeaseForward  bool
 	authCheck       AuthCheckConfig
 }
 
@@ -211,6 +212,9 @@ type Agent struct {
 	// principals are the client principals' upstream clusters
 	// (SASLForward, see clientsec.go).
 	principals principals
+	// fenceSeen are the topics whose fence refusal was logged
+	// (sourceFenceRefused).
+	fenceSeen sync.Map
 	// findings are what the PROXY-phase checks found (findings.go), and
 	// authCheck the auth check's filter (authcheck.go).
 	findings  *findings
@@ -248,6 +252,7 @@ func New(opts ...Opt) (*Agent, error) {
 		nodeID:          DefaultNodeID,
 		producerIDs:     DefaultProducerIDs,
 		producerIDIdle:  DefaultProducerIDIdle,
+		noLeaseForward:  true,
 	}
 	for _, o := range opts {
 		o.apply(&cfg)

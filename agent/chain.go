@@ -188,7 +188,7 @@ func (a *Agent) produceHold() filter.Factory {
 func (a *Agent) produceRoute() filter.Factory {
 	cfg := route.Config{Table: a.routes, InFlight: &a.inflight, Gated: a.advertisedFor}
 	if a.cp != nil {
-		cfg.Lease = agentLease{a}
+		cfg.Lease = sourceLease{a}
 	}
 	f, err := route.New(cfg)
 	if err != nil {
@@ -211,7 +211,7 @@ func (h holdTopics) Wait(topic string) (bool, time.Duration) {
 	case filter.Nowhere:
 		return r.Mode == migration.Hold, r.HoldMax
 	case filter.Source:
-		return !h.a.leaseValid(), r.HoldMax
+		return !h.a.mayForward(r), r.HoldMax
 	}
 	return false, 0
 }
@@ -254,10 +254,18 @@ func (a *Agent) leaseGate() filter.Factory {
 // about it.
 type agentLease struct{ a *Agent }
 
-var (
-	_ leasegate.Lease = agentLease{}
-	_ route.Lease     = agentLease{}
-)
+var _ leasegate.Lease = agentLease{}
 
 func (l agentLease) Valid() bool              { return l.a.leaseValid() }
 func (l agentLease) Renewed() <-chan struct{} { return l.a.cp.keeper.Renewed() }
+
+// sourceLease is what route asks per topic: may a produce for it go to
+// the source now (Agent.mayForward).
+type sourceLease struct{ a *Agent }
+
+var _ route.Lease = sourceLease{}
+
+func (l sourceLease) MayWrite(topic string) bool {
+	// The route is looked up only without a lease: not on every produce.
+	return l.a.leaseValid() || l.a.mayForward(l.a.routes.Lookup(topic))
+}

@@ -11,6 +11,8 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/grpc"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/filter"
 	"github.com/baton-kafka/baton/filter/latency"
@@ -23,9 +25,20 @@ import (
 // from a Baton control plane on conn, as node (see xds.NodeMeta), instead
 // of static routes. Then the agent forwards to the source only while its
 // lease is valid (docs/design.md §5); without one, writes are answered with
-// the retriable error.
+// the retriable error, except produce to topics the source fences at the
+// cutover (see ForwardWithoutLease).
 func ControlPlane(conn grpc.ClientConnInterface, node *core.Node) Opt {
 	return optFunc(func(c *config) { c.cpConn, c.cpNode = conn, node })
+}
+
+// ForwardWithoutLease says whether the agent keeps forwarding produce for
+// REJECT and PROXY topics whose routes say the source fences them at the
+// cutover (source_fenced) while it holds no lease: a control plane out of
+// reach then stalls no producer of those topics (docs/design.md §6.1).
+// Default true; false makes every write to the source wait for the lease.
+// Other writes to the source (offset commits, transactions) always wait.
+func ForwardWithoutLease(on bool) Opt {
+	return optFunc(func(c *config) { c.noLeaseForward = on })
 }
 
 // cpLink is the agent's side of the control plane: the xDS subscription,
@@ -34,6 +47,9 @@ type cpLink struct {
 	client  *xds.Client
 	keeper  *xds.LeaseKeeper
 	applied atomic.Uint64 // TopicRoute version applied to the route table
+	// unleased: a produce went to the source without a lease since the
+	// lease was last seen valid (mayForward logs the first).
+	unleased atomic.Bool
 }
 
 func (a *Agent) newCPLink() (*cpLink, error) {
@@ -78,6 +94,7 @@ func (a *Agent) applyRoutes(version uint64, trs []*batonv1.TopicRoute) error {
 		r.AuthEnforce = tr.GetShadow().GetAuthEnforce()
 		r.AuthCheck = tr.GetShadow().GetAuthCheck() || r.AuthEnforce
 		r.Headroom = tr.GetShadow().GetHeadroom()
+		r.SourceFenced = tr.GetSourceFenced()
 		if r.copied, err = copiedBatches(tr.GetTopic(), tr.GetSourceBatches()); err != nil {
 			return fmt.Errorf("topic %q: %w", tr.GetTopic(), err)
 		}
@@ -149,6 +166,64 @@ func (a *Agent) leaseValid() bool {
 	return a.cp == nil || a.cp.keeper.Valid()
 }
 
+// mayForward says whether a produce for r may go to the source now: under
+// a lease, or without one for a REJECT or PROXY topic the source fences at
+// the cutover (ForwardWithoutLease), up to migration.UnleasedForward after
+// the lease ran out. The first produce forwarded without a lease after one
+// ran out is logged.
+func (a *Agent) mayForward(r Route) bool {
+	if a.leaseValid() {
+		if a.cp != nil && a.cp.unleased.Load() {
+			a.cp.unleased.Store(false)
+		}
+		return true
+	}
+	if !a.cfg.noLeaseForward || !r.SourceFenced || (r.State != migration.Reject && r.State != migration.Proxy) {
+		return false
+	}
+	if until := a.cp.keeper.ValidUntil(); until.IsZero() || time.Since(until) >= migration.UnleasedForward {
+		if !until.IsZero() && a.cp.unleased.CompareAndSwap(true, false) {
+			a.log.Error("no lease from the control plane for the longest an agent forwards without one: produce to the "+
+				"source waits for a lease again. Check the control plane is up and reachable", "lease_ran_out", until,
+				"bound", migration.UnleasedForward)
+		}
+		return false
+	}
+	if a.cp.unleased.CompareAndSwap(false, true) {
+		a.log.Warn("no lease from the control plane: forwarding produce for topics the source fences at their cutover "+
+			"without one; other writes to the source wait for the lease. Check the control plane is up and reachable",
+			"example_topic", r.Topic)
+	}
+	return true
+}
+
+// mayForwardAll says whether mayForward holds for every topic.
+func (a *Agent) mayForwardAll(topics []string) bool {
+	for _, t := range topics {
+		if !a.mayForward(a.routes.Lookup(t)) {
+			return false
+		}
+	}
+	return true
+}
+
+// sourceFenceRefused turns a TOPIC_AUTHORIZATION_FAILED the source
+// answered for a fenced topic into the retriable error: it is the
+// cutover's fence (the agent learns the new route when it reaches the
+// control plane again), or a producer that lost WRITE on the source, which
+// would have been refused before the migration too. Logged once a topic.
+func (a *Agent) sourceFenceRefused(topic string, code int16) int16 {
+	if code != kerr.TopicAuthorizationFailed.Code || !a.routes.Lookup(topic).SourceFenced {
+		return code
+	}
+	if _, seen := a.fenceSeen.LoadOrStore(topic, true); !seen {
+		a.log.Warn("the source refused a write to a topic it fences at the cutover: the cutover's fence is up "+
+			"(answered retriable until this agent gets the topic's new route from the control plane), or the "+
+			"producer's principal lost WRITE on the source", "topic", topic)
+	}
+	return retriable
+}
+
 // forwardDeadline is F for a produce to topics: the smallest of their
 // routes' deadlines, as the control plane pushed them, else the control
 // plane's own F from the last lease answer, else the agent's option (static
@@ -156,6 +231,16 @@ func (a *Agent) leaseValid() bool {
 // an agent never keeps a request uncertain longer than the control plane
 // waits for it.
 func (a *Agent) forwardDeadline(topics []string) time.Duration {
+	f := a.heldForwardDeadline(topics)
+	if a.cp != nil && !a.leaseValid() {
+		// Forwarded without a lease (a fenced topic): the cutover's wait
+		// after the fence counts with at most this.
+		f = min(f, migration.UnleasedForwardDeadline)
+	}
+	return f
+}
+
+func (a *Agent) heldForwardDeadline(topics []string) time.Duration {
 	f := time.Duration(0)
 	for _, t := range topics {
 		if d := a.routes.Lookup(t).ForwardDeadline; d > 0 && (f == 0 || d < f) {

@@ -569,8 +569,11 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 	shards := r.produceShards(ctx, parts)
 	// Looking up leaders may have taken a while: the lease must still hold
 	// when the bytes leave (the control plane counts a silent agent safe
-	// from its lease's end plus F, and F starts at the send).
-	if len(srcTopics) > 0 && !r.a.leaseValid() {
+	// from its lease's end plus F, and F starts at the send), unless every
+	// source-bound topic is one the source fences at the cutover. A
+	// request mixing those with others is refused whole for the source:
+	// retriable, and rare (a lease ran out during the lookup).
+	if len(srcTopics) > 0 && !r.a.leaseValid() && !r.a.mayForwardAll(srcTopics) {
 		shards = dropSource(shards, r.src, parts)
 	}
 
@@ -699,6 +702,9 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 					}
 					out := &results[i]
 					out.ErrorCode, out.BaseOffset, out.LogAppendTime, out.LogStartOffset = p.ErrorCode, p.BaseOffset, p.LogAppendTime, p.LogStartOffset
+					if s.up == r.src {
+						out.ErrorCode = r.a.sourceFenceRefused(part.topic, out.ErrorCode)
+					}
 					if s.up == r.src && p.ErrorCode == 0 {
 						if n, ok := recordbatch.OffsetSpan(parts[i].Records); ok && p.BaseOffset >= 0 {
 							r.a.acked.note(part.topic, part.partition, p.BaseOffset+n)

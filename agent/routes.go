@@ -48,6 +48,11 @@ type Route struct {
 	// filter/headroom): in PROXY, with a latency profile, warn of
 	// producers that will not sustain their rate at it.
 	Headroom bool
+	// SourceFenced: the control plane fences the topic on the source at
+	// its cutover, so the agent may forward it there without a lease (see
+	// ForwardWithoutLease), and a TOPIC_AUTHORIZATION_FAILED the source
+	// answers is the fence: retriable.
+	SourceFenced bool
 }
 
 // Target is where writes for the route go: nowhere while MIGRATING (held

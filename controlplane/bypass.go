@@ -447,17 +447,21 @@ const (
 	verdictUnknown                 // a writer will never report it
 )
 
-// of judges sr (appended after after) against the writers.
-func (sr sourceRead) of(writers []writer, after time.Time, f time.Duration) verdict {
+// of judges sr (appended after after) against the writers. unleased is
+// how long after its lease's end an agent may still write the topic:
+// migration.UnleasedForward for a topic the source fences at the cutover
+// (agents forward it without a lease), else zero.
+func (sr sourceRead) of(writers []writer, after time.Time, f, unleased time.Duration) verdict {
 	v := verdictReported
 	for _, w := range writers {
-		if w.expires.Add(f).Before(after) {
+		last := w.expires.Add(unleased) // its last write sent by then
+		if last.Add(f).Before(after) {
 			continue // its writes were all appended before this batch
 		}
-		// A write sent before expires is answered by expires + F, and one
-		// appended by last was sent before it: a report made after the
+		// A write sent before last is answered by last + F, and one
+		// appended by sr.last was sent before it: a report made after the
 		// earlier of the two plus F holds the write, or its unknown span.
-		if w.through.After(minTime(sr.last, w.expires).Add(f)) {
+		if w.through.After(minTime(sr.last, last).Add(f)) {
 			continue
 		}
 		if w.replaced {
@@ -480,6 +484,12 @@ func (cp *ControlPlane) judge(now time.Time) {
 	leases := make([]lease, 0, len(cp.agents))
 	for _, a := range cp.agents {
 		leases = append(leases, lease{a.Node, a.ExpiresAt})
+	}
+	fenced := map[string]bool{}
+	for n, t := range cp.topics {
+		if t.FenceAtCutover {
+			fenced[n] = true
+		}
 	}
 	cp.mu.Unlock()
 
@@ -524,7 +534,11 @@ func (cp *ControlPlane) judge(now time.Time) {
 				if after.IsZero() {
 					after = w.began
 				}
-				v := r.of(writers, after, f)
+				unleased := time.Duration(0)
+				if fenced[topic] {
+					unleased = migration.UnleasedForward
+				}
+				v := r.of(writers, after, f, unleased)
 				if v == verdictWait {
 					if now.Before(r.first.Add(grace)) {
 						break // judged in order: the next ones wait too

@@ -87,7 +87,7 @@ func TestBatchVerdicts(t *testing.T) {
 		{"replaced after reporting past it", []writer{{expires: t0.Add(time.Second), through: t0.Add(3*time.Second + 1), replaced: true}}, verdictReported},
 		{"one waits, one replaced", []writer{{expires: t0.Add(time.Hour)}, {expires: t0.Add(time.Second), replaced: true}}, verdictUnknown},
 	} {
-		if got := r.of(tc.writers, r.after, f); got != tc.want {
+		if got := r.of(tc.writers, r.after, f, 0); got != tc.want {
 			t.Errorf("%s: verdict %d, want %d", tc.name, got, tc.want)
 		}
 	}

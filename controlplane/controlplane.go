@@ -41,6 +41,7 @@ type config struct {
 	xds          *xds.Server
 	repl         Replication
 	guard        WriteGuard
+	fence        SourceFence
 	lease        time.Duration
 	forward      time.Duration
 	timeout      time.Duration
@@ -77,6 +78,12 @@ func WithReplication(r Replication) Opt { return optFunc(func(c *config) { c.rep
 
 // WithGuard sets the destination write guard (default NoGuard).
 func WithGuard(g WriteGuard) Opt { return optFunc(func(c *config) { c.guard = g }) }
+
+// WithSourceFence sets the source fence (default NoFence). With one, every
+// topic's routes say so (source_fenced): agents may keep forwarding it
+// without a lease, and each cutover fences the topic on the source before
+// it reads the source's end offsets (docs/design.md §6.1).
+func WithSourceFence(f SourceFence) Opt { return optFunc(func(c *config) { c.fence = f }) }
 
 // ReplicaID names this control plane among replicas on one etcd: it is
 // recorded with every lease it grants (default: none).
@@ -173,7 +180,7 @@ type run struct {
 // process left in flight, restarts replication of managed topics and
 // publishes the routes.
 func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
-	cfg := config{guard: NoGuard{}, lease: migration.DefaultLease, forward: migration.DefaultForwardDeadline,
+	cfg := config{guard: NoGuard{}, fence: NoFence{}, lease: migration.DefaultLease, forward: migration.DefaultForwardDeadline,
 		timeout: DefaultCutoverTimeout, poll: DefaultPollInterval, guardResync: DefaultGuardResync, log: slog.Default(), now: time.Now,
 		latencyRefresh: DefaultLatencyRefresh,
 		bypassWatch:    DefaultBypassWatch, bypassPoll: DefaultBypassPoll, forgottenWindow: DefaultForgottenProducerWindow}
@@ -276,6 +283,10 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 			cp.Close()
 			return nil, err
 		}
+	}
+	if err := cp.promiseFences(ctx); err != nil {
+		cp.Close()
+		return nil, err
 	}
 	for _, t := range cp.Topics() {
 		if t.State == migration.Reject || t.State == migration.Proxy {
@@ -399,6 +410,7 @@ func (cp *ControlPlane) route(t *Topic) *batonv1.TopicRoute {
 			AuthEnforce: s.AuthEnforce, Tagging: s.Tagging, Headroom: s.Headroom}
 	}
 	r.DestinationLatency = cp.latencyProfileLocked(t)
+	r.SourceFenced = t.FenceAtCutover
 	return r
 }
 
@@ -588,6 +600,20 @@ func (cp *ControlPlane) AddTopic(ctx context.Context, spec TopicSpec, actor stri
 	if err := Transition(migration.Unmanaged, spec.State); err != nil {
 		return Topic{}, err
 	}
+	cp.mu.Lock()
+	_, exists := cp.topics[spec.Name]
+	cp.mu.Unlock()
+	if exists { // checked again below, under the lock: this spares the reads
+		return Topic{}, fmt.Errorf("%w: %s", ErrTopicExists, spec.Name)
+	}
+	promised, err := cp.fencePromised(ctx, spec.Name)
+	if err != nil {
+		return Topic{}, err
+	}
+	leftUp, err := cp.fenceLeftUp(ctx, spec.Name)
+	if err != nil {
+		return Topic{}, err
+	}
 	if err := cp.cfg.guard.Protect(ctx, spec.Name); err != nil {
 		return Topic{}, fmt.Errorf("controlplane: protecting %s on the destination: %w", spec.Name, err)
 	}
@@ -596,7 +622,7 @@ func (cp *ControlPlane) AddTopic(ctx context.Context, spec TopicSpec, actor stri
 		cp.mu.Unlock()
 		return Topic{}, fmt.Errorf("%w: %s", ErrTopicExists, spec.Name)
 	}
-	t := Topic{TopicSpec: spec}
+	t := Topic{TopicSpec: spec, FenceAtCutover: cp.fenced() || promised, SourceFenceUp: leftUp}
 	err = cp.commitLocked(ctx, t, false)
 	t = *cp.topics[spec.Name]
 	cp.mu.Unlock()
@@ -605,6 +631,9 @@ func (cp *ControlPlane) AddTopic(ctx context.Context, spec TopicSpec, actor stri
 	}
 	if err := cp.cfg.repl.Start(spec.Name); err != nil {
 		cp.log.Error("starting replication", "topic", spec.Name, "err", err)
+	}
+	if leftUp {
+		cp.restoreGuard(spec.Name, false) // lifts the fence an earlier cutover left up
 	}
 	cp.event(ctx, Event{Topic: t.Name, Kind: EventAdded, To: t.State.String(), Actor: actor, Version: t.Version})
 	return t, nil
@@ -626,6 +655,12 @@ func (cp *ControlPlane) SetState(ctx context.Context, name string, to migration.
 	if to == migration.Migrating || to == migration.Complete {
 		return Topic{}, fmt.Errorf("%w: %s -> %s: rule %q: use migrate", ErrIllegalTransition, from, to, RuleCompleteByCutover.Name)
 	}
+	if to == migration.Unmanaged && t.SourceFenceUp && from != migration.Complete {
+		// Only the restore of a REJECT or PROXY topic lifts it.
+		return Topic{}, fmt.Errorf("%w: %s -> %s: %s is fenced on the source since a rolled-back cutover, and the fence is "+
+			"lifted in the background (see status): removing it first would leave the fence up with nobody to lift it",
+			ErrIllegalTransition, from, to, name)
+	}
 	nt := *t
 	nt.State = to
 	if err := cp.commitLocked(ctx, nt, to == migration.Unmanaged); err != nil {
@@ -635,7 +670,8 @@ func (cp *ControlPlane) SetState(ctx context.Context, name string, to migration.
 	if to == migration.Unmanaged {
 		kind = EventRemoved
 	}
-	cp.event(ctx, Event{Topic: name, Kind: kind, From: from.String(), To: to.String(), Actor: actor, Version: cp.version})
+	cp.event(ctx, Event{Topic: name, Kind: kind, From: from.String(), To: to.String(), Actor: actor, Version: cp.version,
+		FenceAtCutover: to == migration.Unmanaged && t.FenceAtCutover})
 	if to == migration.Unmanaged {
 		return nt, nil
 	}

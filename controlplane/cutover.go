@@ -43,6 +43,13 @@ func (cp *ControlPlane) Migrate(ctx context.Context, name, actor string, force .
 	lagRefusal, lag := cp.checkLagLocked(name)
 	forced, stand := splitForced(append(lagRefusal, refusals...), force)
 	switch g := cp.guardPendingLocked(name); {
+	case t.FenceAtCutover && !cp.fenced():
+		refused = "its routes told agents the source is fenced at the cutover (they may forward it without a lease), " +
+			"and this control plane runs without a source fence: restart it with --source-fence=acl and the source's admin credentials"
+	case t.SourceFenceUp:
+		// Lifted in the background (restoreOne): a lift still on its way
+		// would take down this cutover's fence after it found it up.
+		refused = "the source fence of its last cutover, rolled back, is still up: it is being lifted in the background (see status)"
 	case len(diverged) > 0:
 		refused = divergedText(name, diverged)
 	case g != nil:
@@ -237,7 +244,8 @@ func (cp *ControlPlane) cutoverSteps(ctx context.Context, name string, co Cutove
 		for _, n := range pending.expired {
 			if waiting[n] && !expired[n] {
 				expired[n] = true
-				ev(EventAgentExpired, n, "silent past lease grant + lease + forward deadline")
+				ev(EventAgentExpired, n, "silent past lease grant + lease + forward deadline, or, on a topic the source "+
+					"fence closes, past two thirds of a lease")
 			}
 		}
 		return len(pending.waiting) == 0, pending.summary(), nil
@@ -246,6 +254,9 @@ func (cp *ControlPlane) cutoverSteps(ctx context.Context, name string, co Cutove
 		return err
 	}
 	ev(EventDrained, "", "every agent stopped forwarding and drained, or its lease ran out")
+	if err := cp.fenceSource(ctx, dctx, name, ev, step); err != nil {
+		return err
+	}
 
 	// Step 3: top priority, source end offsets, wait for D to hold them.
 	if err := cp.setStep(dctx, name, "replicate-to-end"); err != nil {
@@ -405,8 +416,10 @@ func (cp *ControlPlane) pendingAgents(topic string, v uint64) pending {
 	// Agents answer a forwarded produce within the F pushed in the topic's
 	// route: wait out the larger of it and the control plane's own.
 	forward := cp.cfg.forward
+	fenced := false
 	if t, ok := cp.topics[topic]; ok {
 		forward = max(forward, t.ForwardDeadline)
+		fenced = t.FenceAtCutover
 	}
 	for _, a := range cp.agents {
 		if a.GrantedAt.IsZero() {
@@ -414,6 +427,14 @@ func (cp *ControlPlane) pendingAgents(topic string, v uint64) pending {
 		}
 		safeAt := a.GrantedAt.Add(cp.cfg.lease + forward)
 		if !now.Before(safeAt) {
+			p.expired = append(p.expired, a.Node)
+			continue
+		}
+		// A fenced topic's source refuses whatever a silent agent sends
+		// after the fence (the next step), so the drain waits only for
+		// agents that heartbeat: one that missed a renewal is not waited
+		// out. It also keeps the copy its room in the timeout.
+		if fenced && now.Sub(a.LastHeartbeat) > 2*cp.cfg.lease/3 {
 			p.expired = append(p.expired, a.Node)
 			continue
 		}

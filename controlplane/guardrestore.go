@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -58,7 +59,8 @@ func (cp *ControlPlane) guardPendingLocked(topic string) *GuardRestore {
 
 // guardLoop restores queued guards until the control plane closes. One
 // topic at a time, each attempt bounded by the cutover timeout; the first
-// failure of a round ends it (the destination is likely down for all) and
+// failure of the destination in a round ends it (it is likely down for
+// all; a failed source-fence lift is the topic's own and does not) and
 // the next round waits, doubling up to maxGuardBackoff. A topic that left
 // REJECT and PROXY meanwhile (removed, or MIGRATING) is dropped: a rollback
 // queues it again. A cutover of a topic whose restore failed is refused by
@@ -77,9 +79,11 @@ func (cp *ControlPlane) guardLoop() {
 		sort.Strings(names)
 		failed := false
 		for _, n := range names {
-			if !cp.restoreOne(n) {
+			if ok, destination := cp.restoreOne(n); !ok {
 				failed = true
-				break
+				if destination {
+					break
+				}
 			}
 		}
 		var wait <-chan time.Time
@@ -104,34 +108,45 @@ func (cp *ControlPlane) guardLoop() {
 	}
 }
 
-// restoreOne makes one attempt at topic's guard; false if it failed.
-func (cp *ControlPlane) restoreOne(topic string) bool {
+// restoreOne makes one attempt at topic's guard (and a rolled-back
+// cutover's source fence); ok is false if it failed, destination too if
+// the destination's part did (or the control plane is closing).
+func (cp *ControlPlane) restoreOne(topic string) (bool, bool) {
 	cp.guardMu.Lock()
 	cp.mu.Lock()
 	t, managed := cp.topics[topic]
 	protect := managed && (t.State == migration.Reject || t.State == migration.Proxy)
+	fenceUp := protect && t.SourceFenceUp
 	cp.mu.Unlock()
-	var err error
+	var err, gerr error
 	if protect {
 		actx, cancel := context.WithTimeout(cp.ctx, cp.cfg.timeout)
-		err = cp.cfg.guard.Protect(actx, topic)
+		// The source fence first, and whatever the destination does: a
+		// rollback often follows a destination that is down, and every
+		// producer of the topic is refused until the fence is lifted.
+		var ferr error
+		if fenceUp {
+			ferr = cp.liftFence(actx, topic)
+		}
+		gerr = cp.cfg.guard.Protect(actx, topic)
+		err = errors.Join(ferr, gerr)
 		cancel()
 	}
 	cp.guardMu.Unlock()
 	if cp.ctx.Err() != nil {
-		return false
+		return false, true
 	}
 	cp.mu.Lock()
 	g, ok := cp.guards[topic]
 	t, managed = cp.topics[topic]
 	if !ok {
 		cp.mu.Unlock()
-		return true
+		return true, false
 	}
 	if !managed || (t.State != migration.Reject && t.State != migration.Proxy) {
 		delete(cp.guards, topic)
 		cp.mu.Unlock()
-		return true
+		return true, false
 	}
 	if err == nil {
 		delete(cp.guards, topic)
@@ -140,13 +155,21 @@ func (cp *ControlPlane) restoreOne(topic string) bool {
 			cp.event(cp.ctx, Event{Topic: topic, Kind: EventGuardRestored, Actor: ActorControlPlane,
 				Reason: fmt.Sprintf("only the replicator may write %s on the destination again (after %d failed attempts)", topic, g.failures)})
 		}
-		return true
+		return true, false
 	}
 	g.failures++
 	g.lastErr = err.Error()
 	first := g.failures == 1
 	cp.mu.Unlock()
-	if first {
+	switch {
+	case !first:
+	case errors.Is(err, ErrSourceFence) || errors.Is(err, ErrNoSourceFence):
+		cp.log.Warn("lifting the source fence after a rollback failed; retrying in the background. Until it is lifted "+
+			"the source refuses every write to the topic (agents answer them retriable), and a cutover of it is refused: "+
+			"check the source is reachable and the admin may alter ACLs", "topic", topic, "err", err)
+		cp.event(cp.ctx, Event{Topic: topic, Kind: EventGuardRestoreFailed, Actor: ActorControlPlane,
+			Reason: fmt.Sprintf("lifting the source fence: %v; retrying in the background", err)})
+	default:
 		// Once per restore; status shows every later attempt's error.
 		cp.log.Warn("restoring the destination write guard failed; retrying in the background. Until it is back, "+
 			"only the agents (which route the topic to the source) keep producers off it on the destination, "+
@@ -155,5 +178,5 @@ func (cp *ControlPlane) restoreOne(topic string) bool {
 		cp.event(cp.ctx, Event{Topic: topic, Kind: EventGuardRestoreFailed, Actor: ActorControlPlane,
 			Reason: fmt.Sprintf("restoring the destination write guard: %v; retrying in the background", err)})
 	}
-	return false
+	return false, gerr != nil
 }

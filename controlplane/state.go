@@ -63,6 +63,12 @@ var (
 	// ErrGuardPrincipal: the replicator's principal cannot be told from
 	// producers (User:ANONYMOUS); the write guard refuses to run.
 	ErrGuardPrincipal = errors.New("controlplane: destination write guard: unusable replicator principal")
+	// ErrSourceFence: the source fence could not be put up, checked or
+	// lifted; the message says which and why.
+	ErrSourceFence = errors.New("controlplane: source fence")
+	// ErrNoSourceFence: a topic's routes told agents its source is fenced
+	// at the cutover, and this control plane runs without a source fence.
+	ErrNoSourceFence = errors.New("controlplane: no source fence")
 	// ErrNotLeader: this control plane's leader term ended (another
 	// replica was elected): it wrote nothing and must stop.
 	ErrNotLeader = errors.New("controlplane: not the leader")

@@ -45,6 +45,7 @@ const (
 	keyAgents  = "/baton/agents/"
 	keyEvents  = "/baton/events/"
 	keyGuard   = "/baton/guard/"
+	keyFence   = "/baton/fence/"
 )
 
 // EtcdStore is a Store on etcd, embedded or external.
@@ -102,7 +103,38 @@ var (
 
 // GuardACLs implements GuardLedger.
 func (s *EtcdStore) GuardACLs(ctx context.Context, topic string) ([]OwnedACL, error) {
-	r, err := s.cli.Get(ctx, keyGuard+topic)
+	return s.ownedACLs(ctx, keyGuard, topic)
+}
+
+// PutGuardACLs implements GuardLedger.
+func (s *EtcdStore) PutGuardACLs(ctx context.Context, topic string, acls []OwnedACL) error {
+	if err := s.putOwnedACLs(ctx, keyGuard, topic, acls); err != nil {
+		return fmt.Errorf("controlplane: etcd: the guard's record of %s: %w", topic, err)
+	}
+	return nil
+}
+
+// FenceLedger is the ledger of the ACLs the source fence created, apart
+// from the destination write guard's.
+func (s *EtcdStore) FenceLedger() GuardLedger { return fenceLedger{s} }
+
+type fenceLedger struct{ s *EtcdStore }
+
+var _ GuardLedger = fenceLedger{}
+
+func (l fenceLedger) GuardACLs(ctx context.Context, topic string) ([]OwnedACL, error) {
+	return l.s.ownedACLs(ctx, keyFence, topic)
+}
+
+func (l fenceLedger) PutGuardACLs(ctx context.Context, topic string, acls []OwnedACL) error {
+	if err := l.s.putOwnedACLs(ctx, keyFence, topic, acls); err != nil {
+		return fmt.Errorf("controlplane: etcd: the source fence's record of %s: %w", topic, err)
+	}
+	return nil
+}
+
+func (s *EtcdStore) ownedACLs(ctx context.Context, prefix, topic string) ([]OwnedACL, error) {
+	r, err := s.cli.Get(ctx, prefix+topic)
 	if err != nil {
 		return nil, fmt.Errorf("controlplane: etcd: %w", err)
 	}
@@ -116,21 +148,17 @@ func (s *EtcdStore) GuardACLs(ctx context.Context, topic string) ([]OwnedACL, er
 	return out, nil
 }
 
-// PutGuardACLs implements GuardLedger.
-func (s *EtcdStore) PutGuardACLs(ctx context.Context, topic string, acls []OwnedACL) error {
-	var err error
+// putOwnedACLs writes (fenced: see write) topic's record under prefix;
+// none deletes it.
+func (s *EtcdStore) putOwnedACLs(ctx context.Context, prefix, topic string, acls []OwnedACL) error {
 	if len(acls) == 0 {
-		err = s.write(ctx, clientv3.OpDelete(keyGuard+topic))
-	} else {
-		var b []byte
-		if b, err = json.Marshal(acls); err == nil {
-			err = s.write(ctx, clientv3.OpPut(keyGuard+topic, string(b)))
-		}
+		return s.write(ctx, clientv3.OpDelete(prefix+topic))
 	}
+	b, err := json.Marshal(acls)
 	if err != nil {
-		return fmt.Errorf("controlplane: etcd: the guard's record of %s: %w", topic, err)
+		return err
 	}
-	return nil
+	return s.write(ctx, clientv3.OpPut(prefix+topic, string(b)))
 }
 
 // OpenEtcd connects to an external etcd cluster.

@@ -59,6 +59,16 @@ type Topic struct {
 	// batch longer, and every agent's route would carry them for good.
 	SourceBatches      []replicator.SourceBatch `json:"sourceBatches,omitempty"`
 	SourceBatchesUntil time.Time                `json:"sourceBatchesUntil,omitzero"`
+	// FenceAtCutover: the topic's routes tell agents the source is fenced
+	// at its cutover, so an agent without a lease may keep forwarding it in
+	// REJECT and PROXY. Set when a control plane with a source fence
+	// manages the topic, never cleared: an agent cut off keeps the route
+	// it has, so the promise is kept by every later cutover.
+	FenceAtCutover bool `json:"fenceAtCutover,omitempty"`
+	// SourceFenceUp: a cutover put the source fence up (or is about to).
+	// Stored before the fence goes up; cleared once a rollback lifted it.
+	// It stays up once COMPLETE: a forgotten producer is refused loudly.
+	SourceFenceUp bool `json:"sourceFenceUp,omitempty"`
 	// CompletedAt is when the topic reached COMPLETE: its source is
 	// watched for writes for a while after (docs/design.md §12).
 	CompletedAt time.Time `json:"completedAt,omitzero"`
@@ -112,6 +122,12 @@ const (
 	EventLagZero        = "lag_zero"
 	EventReplStopped    = "replication_stopped"
 	EventGuardLifted    = "guard_lifted"
+	// EventSourceFenced: every source broker enforces the cutover's fence
+	// on the topic (docs/design.md §6.1).
+	EventSourceFenced = "source_fenced"
+	// EventSourceFenceLifted: a rollback's fence was lifted; producers may
+	// write the topic on the source again.
+	EventSourceFenceLifted = "source_fence_lifted"
 	// EventGuardRestoreFailed: the first failed attempt at restoring a
 	// topic's write guard; restores go on in the background.
 	EventGuardRestoreFailed = "guard_restore_failed"
@@ -156,4 +172,8 @@ type Event struct {
 	StartedAt time.Time `json:"startedAt,omitzero"`
 	// Bypass details forgotten_producer and source_written_after_complete.
 	Bypass *BypassInfo `json:"bypass,omitempty"`
+	// FenceAtCutover, on a removed event: the topic's routes had promised
+	// the source fence (design §6.1). An agent cut off keeps that route, so
+	// the topic added again soon after keeps the promise.
+	FenceAtCutover bool `json:"fenceAtCutover,omitempty"`
 }

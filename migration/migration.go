@@ -33,6 +33,18 @@ const (
 	// request timeouts (30 s; franz-go about 10 s) and kafkajs's ~9 s of
 	// retries.
 	DefaultHoldMax = 5 * time.Second
+	// UnleasedForward bounds how long after its lease ran out an agent
+	// keeps forwarding produce for a topic the source fences at the
+	// cutover (TopicRoute.source_fenced): a control-plane outage up to it
+	// stalls none of those producers. The bound lets the control plane's
+	// bypass detection tell an agent cut off from one that is gone: none
+	// writes later than its lease's end plus this plus F.
+	UnleasedForward = 10 * time.Minute
+	// UnleasedForwardDeadline caps F for produce an agent forwards
+	// without a lease (UnleasedForward): the F it holds came from a
+	// control plane that may since have restarted with a smaller one, and
+	// the cutover's wait after the source fence counts with at least this.
+	UnleasedForwardDeadline = DefaultForwardDeadline
 )
 
 // Sentinel errors.

@@ -19,6 +19,7 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -585,6 +586,7 @@ func ValidateRoute(r *batonv1.TopicRoute) error {
 type LeaseKeeper struct {
 	cfg    clientConfig
 	client batonv1.LeaseClient
+	conn   grpc.ClientConnInterface
 	node   *core.Node
 	report func() (acked uint64, topics []*batonv1.TopicDrain)
 	target string // the control plane's address, for logs
@@ -610,7 +612,7 @@ func NewLeaseKeeper(conn grpc.ClientConnInterface, node *core.Node,
 	if node.GetId() == "" || report == nil {
 		return nil, fmt.Errorf("%w: node id and report are required", ErrBadConfig)
 	}
-	k := &LeaseKeeper{cfg: cfg, client: batonv1.NewLeaseClient(conn), node: node, report: report, lease: migration.DefaultLease, // until the first grant says otherwise
+	k := &LeaseKeeper{cfg: cfg, client: batonv1.NewLeaseClient(conn), conn: conn, node: node, report: report, lease: migration.DefaultLease, // until the first grant says otherwise
 		renewed: make(chan struct{}), incarnation: rand.Uint64() | 1}
 	if t, ok := conn.(interface{ Target() string }); ok {
 		k.target = t.Target()
@@ -623,6 +625,14 @@ func (k *LeaseKeeper) Valid() bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.cfg.now().Before(k.validUntil)
+}
+
+// ValidUntil is when the agent's lease runs out (ran out), by the agent's
+// clock; zero before the first grant.
+func (k *LeaseKeeper) ValidUntil() time.Time {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.validUntil
 }
 
 // Renewed returns a channel closed at the next heartbeat that grants the
@@ -694,7 +704,15 @@ func (k *LeaseKeeper) Heartbeat(ctx context.Context) (*batonv1.HeartbeatResponse
 func (k *LeaseKeeper) Run(ctx context.Context) error {
 	var lostAt time.Time // zero while the control plane answers
 	for {
-		resp, err := k.Heartbeat(ctx)
+		// Bounded, so that a control plane that hangs is logged as lost
+		// and asked again. It does not move the agent to another replica:
+		// gRPC keeps a connection that is still up (design §13.1).
+		k.mu.Lock()
+		limit := k.lease
+		k.mu.Unlock()
+		hctx, cancel := context.WithTimeout(ctx, limit)
+		resp, err := k.Heartbeat(hctx)
+		cancel()
 		k.mu.Lock()
 		every := k.lease / 3
 		validUntil := k.validUntil
@@ -721,10 +739,45 @@ func (k *LeaseKeeper) Run(ctx context.Context) error {
 				"required", resp.GetRequiredVersion())
 			every = min(every, k.cfg.minBackoff*4)
 		}
+		var ready <-chan struct{}
+		if err != nil {
+			ready = k.whenReady(ctx, every)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(every):
+		case <-ready:
+			// A replica that was down, or newly elected, accepted the
+			// connection: heartbeat now, not at the next retry.
 		}
 	}
+}
+
+// whenReady returns a channel closed once the keeper's connection is (or
+// becomes) ready within d; nil for a connection that does not say. A
+// connection ready when asked must first leave READY: a heartbeat that
+// failed over it was the control plane's answer (or its timeout), retried
+// after d, not at once.
+func (k *LeaseKeeper) whenReady(ctx context.Context, d time.Duration) <-chan struct{} {
+	cc, ok := k.conn.(*grpc.ClientConn)
+	if !ok {
+		return nil
+	}
+	ch := make(chan struct{})
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		if s := cc.GetState(); s == connectivity.Ready && !cc.WaitForStateChange(wctx, s) {
+			return
+		}
+		cc.Connect()
+		for s := cc.GetState(); s != connectivity.Ready; s = cc.GetState() {
+			if !cc.WaitForStateChange(wctx, s) {
+				return
+			}
+		}
+		close(ch)
+	}()
+	return ch
 }

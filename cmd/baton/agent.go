@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"strings"
 	"time"
@@ -16,8 +15,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/resolver"
-	"google.golang.org/grpc/resolver/manual"
 
 	"github.com/baton-kafka/baton/agent"
 	"github.com/baton-kafka/baton/bpf"
@@ -31,6 +28,7 @@ func newAgentCmd() *cobra.Command {
 	var (
 		listen, advertise, admin, source, destination, routesFile, logLevel string
 		controlPlane, nodeID, namespace, workload, writeRanges              string
+		forwardWithoutLease                                                 string
 		byteCounters                                                        string
 		maxFrame                                                            int32
 		connBuffered, buffered                                              int64
@@ -78,7 +76,7 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 				if cfg != nil {
 					creds = credentials.NewTLS(cfg)
 				}
-				target, ropts := controlPlaneTarget(controlPlane)
+				target, ropts := xds.ReplicasTarget(splitList(controlPlane))
 				conn, err := grpc.NewClient(target, append(ropts, grpc.WithTransportCredentials(creds))...)
 				if err != nil {
 					return fmt.Errorf("--control-plane %s: %w", controlPlane, err)
@@ -105,6 +103,19 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 			wr, err := parseWriteRanges(writeRanges)
 			if err != nil {
 				return err
+			}
+			var noLease bool
+			switch forwardWithoutLease {
+			case "auto":
+				noLease = true
+				if controlPlane != "" {
+					log.Info("without a lease, produce for topics whose source is fenced at the cutover keeps flowing to the source " +
+						"(--forward-without-lease=auto: the control plane says which, by whether the source has an authorizer)")
+				}
+			case "never":
+				log.Info("without a lease, every write to the source waits for one (--forward-without-lease=never)")
+			default:
+				return fmt.Errorf(`--forward-without-lease: want "auto" or "never", got %q`, forwardWithoutLease)
 			}
 			if dstPrincipal == "" {
 				// Known from SASL flags (a user, or an OAuth token's
@@ -134,6 +145,7 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 				agent.FrameTimeout(frameTimeout), agent.IdleTimeout(idleTimeout),
 				agent.UpstreamConns(upstreamConns),
 				agent.ProducerIDs(producerIDs), agent.ProducerIDIdle(producerIDIdle), agent.WriteRanges(wr),
+				agent.ForwardWithoutLease(noLease),
 				agent.ByteCounters(counters),
 				agent.Filters([]filter.Factory{mf}...),
 				agent.Logger(log), agent.Registry(reg),
@@ -167,6 +179,7 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 	cpTLS.add(f, "control-plane", "the control plane")
 	f.StringVar(&controlPlane, "control-plane", "", "control plane gRPC address, or every replica's, comma-separated (or one DNS name resolving to each): routes over xDS and a lease (instead of --routes)")
 	f.StringVar(&writeRanges, "write-ranges", "auto", "keep the source offset ranges of acked produce for the control plane's bypass detection: auto (with --control-plane), on (also with --routes, to measure the cost) or off")
+	f.StringVar(&forwardWithoutLease, "forward-without-lease", "auto", "with --control-plane: auto keeps forwarding produce for REJECT and PROXY topics the control plane fences on the source at their cutover while the agent holds no lease (a control plane out of reach stalls none of their producers); never makes every write to the source wait for the lease")
 	f.StringVar(&nodeID, "node-id", "", "this agent's node id at the control plane (default: the hostname)")
 	f.StringVar(&namespace, "namespace", "", "node metadata: the workload's namespace, for staged rollout")
 	f.StringVar(&workload, "workload", "", "node metadata: the workload's name")
@@ -214,24 +227,4 @@ func parseWriteRanges(s string) (agent.WriteRangesMode, error) {
 		return agent.WriteRangesOff, nil
 	}
 	return 0, fmt.Errorf(`--write-ranges: want "auto", "on" or "off", got %q`, s)
-}
-
-// controlPlaneTarget is the gRPC target of --control-plane: one address
-// as is (a DNS name resolving to several replicas gives each), several
-// through a static resolver. Either way the client keeps to one replica
-// and moves to the next when it fails.
-func controlPlaneTarget(flag string) (string, []grpc.DialOption) {
-	addrs := splitList(flag)
-	if len(addrs) == 1 {
-		return addrs[0], nil
-	}
-	r := manual.NewBuilderWithScheme("baton-replicas")
-	state := resolver.State{}
-	for _, a := range addrs {
-		// Each replica's TLS certificate is checked against its own host.
-		host, _, _ := net.SplitHostPort(a)
-		state.Addresses = append(state.Addresses, resolver.Address{Addr: a, ServerName: host})
-	}
-	r.InitialState(state)
-	return r.Scheme() + ":///control-plane", []grpc.DialOption{grpc.WithResolvers(r)}
 }

@@ -32,6 +32,7 @@ func newControlPlaneCmd() *cobra.Command {
 	var (
 		source, destination, grpcAddr, httpAddr, dataDir, endpoints, logLevel string
 		writeGuard, replPrincipal, apiTokensFile                              string
+		sourceFence                                                           string
 		grpcCert, grpcKey, grpcClientCA, agentIdentities                      string
 		httpCert, httpKey, httpClientCA, apiIdentities                        string
 		apiInsecure                                                           bool
@@ -61,7 +62,17 @@ the destination until its cutover completes. --write-guard=auto (the default)
 uses Kafka ACLs when the destination has an authorizer and nothing when it
 answers SECURITY_DISABLED; the replicator and the guard's admin client both
 use the --destination-sasl-* credentials, whose principal must be allowed to
-alter ACLs.`,
+alter ACLs.
+
+The source fence denies every producer (but superusers) writes to a topic on
+the source from its cutover on, with a DENY WRITE ACL for User:* that every
+source broker enforces before the cutover reads the source's end offsets; a
+rollback lifts it, a completed cutover keeps it (a forgotten producer is
+refused instead of writing where nobody reads). With it, agents may keep
+forwarding REJECT and PROXY topics to the source while no control plane is
+reachable. --source-fence=auto (the default) fences when the source has an
+authorizer, with the --source-sasl-* credentials, whose principal must be
+allowed to alter and describe ACLs.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -166,8 +177,21 @@ alter ACLs.`,
 				return err
 			}
 			defer scl.Close()
+			fence, err := pickFence(ctx, sourceFence, scl)
+			if err != nil {
+				return err
+			}
+			if f, ok := fence.(*controlplane.ACLFence); ok {
+				f.Owned = store.FenceLedger() // what the fence created, so that a rollback removes that and nothing else
+				f.Term = leaderTTL            // an ACL change after a longer pause may be a deposed leader's
+				log.Info("source fence: a cutover denies writes to its topic on the source (DENY WRITE User:*), and agents " +
+					"may forward REJECT and PROXY topics without a lease")
+			} else {
+				log.Info("source fence: none (the source has no authorizer, or --source-fence=none): agents forward to the " +
+					"source only under a lease, and a control plane out of reach stalls producers after one lease")
+			}
 			cp, err := controlplane.New(ctx, append([]controlplane.Opt{controlplane.WithStore(store), controlplane.Logger(log),
-				controlplane.WithGuard(guard),
+				controlplane.WithGuard(guard), controlplane.WithSourceFence(fence),
 				controlplane.WithReplication(&controlplane.ReplicatorAdapter{R: r, Source: kadm.NewClient(scl)}),
 				controlplane.APITokens(tokens), controlplane.APIIdentities(ids),
 				controlplane.LeaseDuration(lease), controlplane.ForwardDeadline(forward), controlplane.CutoverTimeout(timeout),
@@ -275,6 +299,7 @@ alter ACLs.`,
 	f.BoolVar(&apiInsecure, "api-insecure", false, "serve the HTTP API without credentials (no --api-tokens-file, no --api-identities) on an address other than loopback")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&writeGuard, "write-guard", "auto", "destination write guard: auto (ACLs if the destination has an authorizer), acl or none")
+	f.StringVar(&sourceFence, "source-fence", "auto", "source fence at each cutover: auto (an ACL if the source has an authorizer), acl or none")
 	f.StringVar(&replPrincipal, "replicator-principal", "", `the replicator's principal on the destination, exempt from the guard (default: User:<--destination-sasl-user>, with OAUTHBEARER User:<the token's sub claim>, or User:ANONYMOUS without SASL)`)
 	srcSASL.add(f, "source")
 	destSASL.add(f, "destination")
@@ -285,6 +310,25 @@ alter ACLs.`,
 	_ = cmd.MarkFlagRequired("destination")
 	cmd.AddCommand(newControlPlaneStatusCmd())
 	return cmd
+}
+
+// pickFence returns the source fence --source-fence names.
+func pickFence(ctx context.Context, mode string, cl *kgo.Client) (controlplane.SourceFence, error) {
+	switch mode {
+	case "none":
+		return controlplane.NoFence{}, nil
+	case "acl":
+		return &controlplane.ACLFence{Client: cl}, nil
+	case "auto":
+		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		f, err := controlplane.DetectFence(dctx, cl)
+		if err != nil {
+			return nil, fmt.Errorf("--source-fence=auto: %w (use --source-fence=none to run without one)", err)
+		}
+		return f, nil
+	}
+	return nil, fmt.Errorf(`--source-fence: want "auto", "acl" or "none", got %q`, mode)
 }
 
 // replicatorPrincipal is the replicator's principal on the destination:

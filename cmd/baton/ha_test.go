@@ -61,12 +61,12 @@ func TestReplicasElectOneLeader(t *testing.T) {
 	replicas := map[string]replica{}
 	for i := range grpcAddrs {
 		id := fmt.Sprintf("r%d", i+1)
-		kill, log := startReplica(t, "--source", src.Bootstrap(), "--destination", dst.Bootstrap(), "--write-guard", "none",
+		p := startReplica(t, "--source", src.Bootstrap(), "--destination", dst.Bootstrap(), "--write-guard", "none",
 			"--etcd-endpoints", endpoints, "--replica-id", id, "--leader-ttl", "1s",
 			"--grpc", grpcAddrs[i], "--http", "127.0.0.1:0", "--cutover-timeout", "40s")
-		replicas[id] = replica{kill, log}
+		replicas[id] = replica{p.kill, p.log}
 		if i == 0 {
-			apiOf(t, id, log) // r1 leads
+			apiOf(t, id, p.log) // r1 leads
 		}
 	}
 	status := func() controlplane.ClusterStatus {
@@ -201,7 +201,7 @@ func TestReplicasElectOneLeader(t *testing.T) {
 
 // startHAAgent runs an agent given every replica's address; stop ends it
 // as a kill would (no last heartbeat).
-func startHAAgent(t *testing.T, ctx context.Context, node string, replicas, src, dst []string) (*agent.Agent, func()) {
+func startHAAgent(t *testing.T, ctx context.Context, node string, replicas, src, dst []string, opts ...agent.Opt) (*agent.Agent, func()) {
 	t.Helper()
 	log := &testlog.Buffer{}
 	t.Cleanup(func() {
@@ -209,14 +209,14 @@ func startHAAgent(t *testing.T, ctx context.Context, node string, replicas, src,
 			t.Logf("%s log:\n%s", node, log)
 		}
 	})
-	target, ropts := controlPlaneTarget(strings.Join(replicas, ","))
+	target, ropts := xds.ReplicasTarget(replicas)
 	conn, err := grpc.NewClient(target, append(ropts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	a, err := agent.New(agent.Listen("127.0.0.1:0"), agent.Source(src...), agent.Destination(dst...),
-		agent.Logger(slog.New(slog.NewTextHandler(log, nil))), agent.ControlPlane(conn, xds.NodeMeta(node, "team", "app")))
+	a, err := agent.New(append([]agent.Opt{agent.Listen("127.0.0.1:0"), agent.Source(src...), agent.Destination(dst...),
+		agent.Logger(slog.New(slog.NewTextHandler(log, nil))), agent.ControlPlane(conn, xds.NodeMeta(node, "team", "app"))}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,6 +284,11 @@ func (p *haProducer) resetGap() { p.mu.Lock(); defer p.mu.Unlock(); p.maxGap = 0
 
 func (p *haProducer) gap() time.Duration { p.mu.Lock(); defer p.mu.Unlock(); return p.maxGap }
 
+func (p *haProducer) lastAckAt() time.Time { p.mu.Lock(); defer p.mu.Unlock(); return p.lastAck }
+
+// failed is the error a produce ended the producer with, if one did.
+func (p *haProducer) failed() error { p.mu.Lock(); defer p.mu.Unlock(); return p.err }
+
 // stop ends the producer and returns what it got acked; a failed produce
 // fails the test.
 func (p *haProducer) stop(t *testing.T) []string {
@@ -327,9 +332,10 @@ func checkOnDestination(t *testing.T, ctx context.Context, dst []string, acked [
 // startReplica runs `baton controlplane args...` in a process of its own
 // until the test ends, without waiting for it to serve: it may wait in the
 // leader election. kill ends it with SIGKILL.
-func startReplica(t *testing.T, args ...string) (kill func(), log *testlog.Buffer) {
+func startReplica(t *testing.T, args ...string) *controlPlaneProc {
 	t.Helper()
-	log, exited, kill := runControlPlane(t, args...)
+	p := runControlPlane(t, args...)
+	log, exited := p.log, p.exited
 	wait.For(t, 2*time.Minute, "the replica to campaign", func() string {
 		select {
 		case <-exited:
@@ -341,7 +347,7 @@ func startReplica(t *testing.T, args ...string) (kill func(), log *testlog.Buffe
 		}
 		return ""
 	})
-	return kill, log
+	return p
 }
 
 // apiOf waits for a replica's "control plane up" line and returns its

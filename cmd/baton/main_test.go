@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -33,10 +34,11 @@ var upLine = regexp.MustCompile(`msg="control plane up" .*http=(https?://\S+)`)
 // own until the test ends, and returns its API's URL and its log.
 func startControlPlane(t *testing.T, args ...string) (api string, log *testlog.Buffer) {
 	t.Helper()
-	log, exited, _ := runControlPlane(t, args...)
+	p := runControlPlane(t, args...)
+	log = p.log
 	wait.For(t, 2*time.Minute, "the control plane to come up", func() string {
 		select {
-		case <-exited:
+		case <-p.exited:
 			t.Fatalf("the control plane exited:\n%s", log)
 		default:
 		}
@@ -49,12 +51,27 @@ func startControlPlane(t *testing.T, args ...string) (api string, log *testlog.B
 	return api, log
 }
 
+// controlPlaneProc is a `baton controlplane` process of a test's.
+type controlPlaneProc struct {
+	log    *testlog.Buffer
+	exited <-chan struct{}
+	proc   *os.Process
+}
+
+// kill ends the process with SIGKILL and waits for it.
+func (p *controlPlaneProc) kill() { _ = p.proc.Kill(); <-p.exited }
+
 // runControlPlane starts `baton controlplane args...` in a process of its
-// own, stopped with SIGTERM when the test ends (SIGKILL 20 s later); kill
-// ends it with SIGKILL at once.
-func runControlPlane(t *testing.T, args ...string) (log *testlog.Buffer, exited <-chan struct{}, kill func()) {
+// own, stopped with SIGTERM when the test ends (SIGKILL 20 s later).
+func runControlPlane(t *testing.T, args ...string) *controlPlaneProc {
 	t.Helper()
-	log = &testlog.Buffer{}
+	log := &testlog.Buffer{}
+	if !slices.Contains(args, "--source-fence") {
+		// The tests' kfake sources answer DescribeACLs but, without
+		// EnableACLs, enforce nothing: a fence there would be a promise
+		// nobody keeps.
+		args = append(args, "--source-fence", "none")
+	}
 	cmd := exec.Command(os.Args[0], append([]string{"controlplane"}, args...)...)
 	cmd.Env = append(os.Environ(), batonChildEnv+"=1")
 	cmd.Stdout, cmd.Stderr = log, log
@@ -63,14 +80,15 @@ func runControlPlane(t *testing.T, args ...string) (log *testlog.Buffer, exited 
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
-	kill = func() { _ = cmd.Process.Kill(); <-done }
+	p := &controlPlaneProc{log: log, exited: done, proc: cmd.Process}
 	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGCONT) // a test may have stopped it
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-done:
 		case <-time.After(20 * time.Second):
-			kill()
+			p.kill()
 		}
 	})
-	return log, done, kill
+	return p
 }

@@ -8,7 +8,7 @@
 // # Where
 //
 // Per topic of the request, from the Table: the destination (COMPLETE);
-// the source (PROXY, REJECT, unmanaged) while the Lease is valid; nowhere
+// the source (PROXY, REJECT, unmanaged) while the Lease allows; nowhere
 // otherwise (MIGRATING, or the source without a lease: the produce hold
 // before this filter has already waited as long as it may). A topic bound
 // for the source is counted in flight before its route is confirmed by a
@@ -87,9 +87,10 @@ type Table interface {
 	Target(topic string) filter.Cluster
 }
 
-// Lease says whether the agent may write to the source now.
+// Lease says whether the agent may write topic to the source now. It
+// MUST be safe for concurrent use.
 type Lease interface {
-	Valid() bool
+	MayWrite(topic string) bool
 }
 
 // Counter counts produce requests in flight to the source, per topic.
@@ -266,7 +267,7 @@ func (c *conn) target(topic string) filter.Cluster {
 	case filter.Destination:
 		return filter.Destination
 	case filter.Source:
-		if c.cfg.Lease != nil && !c.cfg.Lease.Valid() {
+		if c.cfg.Lease != nil && !c.cfg.Lease.MayWrite(topic) {
 			return filter.Nowhere
 		}
 		if c.cfg.InFlight == nil {

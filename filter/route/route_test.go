@@ -38,7 +38,7 @@ func (t *table) Target(topic string) filter.Cluster {
 
 type lease bool
 
-func (l lease) Valid() bool { return bool(l) }
+func (l lease) MayWrite(string) bool { return bool(l) }
 
 // counter counts in flight per topic.
 type counter struct {

@@ -377,6 +377,14 @@ type TopicRoute struct {
 	// before the cutover (docs/design.md §9): a client's retry of one of them
 	// is answered with its offset instead of being written again.
 	SourceBatches []*SourceBatch `protobuf:"bytes,11,rep,name=source_batches,json=sourceBatches,proto3" json:"source_batches,omitempty"`
+	// source_fenced: the control plane fences the topic on the source at its
+	// cutover (a DENY WRITE ACL every source broker enforces before the
+	// cutover reads the source's end offsets). Writes to the source then no
+	// longer depend on the agent's lease: an agent without one may keep
+	// forwarding the topic in REJECT and PROXY, and the source refuses what
+	// arrives after the fence (the agent answers that retriable). Once set
+	// for a topic it stays set: an agent cut off keeps the route it has.
+	SourceFenced  bool `protobuf:"varint,12,opt,name=source_fenced,json=sourceFenced,proto3" json:"source_fenced,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -488,6 +496,13 @@ func (x *TopicRoute) GetSourceBatches() []*SourceBatch {
 	return nil
 }
 
+func (x *TopicRoute) GetSourceFenced() bool {
+	if x != nil {
+		return x.SourceFenced
+	}
+	return false
+}
+
 // SourceBatch is one idempotent batch written to the source and copied to
 // the destination: the client's producer fields and where the copy is.
 type SourceBatch struct {
@@ -597,7 +612,7 @@ const file_baton_v1_resources_proto_rawDesc = "" +
 	"auth_check\x18\x02 \x01(\bR\tauthCheck\x12!\n" +
 	"\fauth_enforce\x18\x03 \x01(\bR\vauthEnforce\x12\x18\n" +
 	"\atagging\x18\x04 \x01(\bR\atagging\x12\x1a\n" +
-	"\bheadroom\x18\x05 \x01(\bR\bheadroom\"\x9a\x04\n" +
+	"\bheadroom\x18\x05 \x01(\bR\bheadroom\"\xbf\x04\n" +
 	"\n" +
 	"TopicRoute\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12%\n" +
@@ -611,7 +626,8 @@ const file_baton_v1_resources_proto_rawDesc = "" +
 	"\x13destination_latency\x18\t \x01(\v2\x18.baton.v1.LatencyProfileR\x12destinationLatency\x120\n" +
 	"\x06shadow\x18\n" +
 	" \x01(\v2\x18.baton.v1.ShadowFeaturesR\x06shadow\x12<\n" +
-	"\x0esource_batches\x18\v \x03(\v2\x15.baton.v1.SourceBatchR\rsourceBatches\"\xca\x01\n" +
+	"\x0esource_batches\x18\v \x03(\v2\x15.baton.v1.SourceBatchR\rsourceBatches\x12#\n" +
+	"\rsource_fenced\x18\f \x01(\bR\fsourceFenced\"\xca\x01\n" +
 	"\vSourceBatch\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12\x1f\n" +
 	"\vproducer_id\x18\x02 \x01(\x03R\n" +

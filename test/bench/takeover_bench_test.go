@@ -1,0 +1,204 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/migration"
+	"github.com/baton-kafka/baton/test/embedded"
+	"github.com/baton-kafka/baton/test/etcdcluster"
+	"github.com/baton-kafka/baton/xds"
+)
+
+// takeoverKills is how many leaders BenchmarkLeaderTakeover kills
+// (BATON_BENCH_TAKEOVER_KILLS overrides it).
+const takeoverKills = 10
+
+// BenchmarkLeaderTakeover: three `baton controlplane` replicas on a
+// three-member etcd (--leader-ttl 1s; BATON_BENCH_TAKEOVER_TTL overrides it), one agent's xDS client and lease
+// keeper given every replica's address, as `baton agent --control-plane
+// a,b,c` dials them. The leader is killed with SIGKILL, and the time from
+// the kill to the first lease the agent is granted afterwards (necessarily
+// by a new leader) is measured; the killed replica is started again
+// before the next kill. Reported: p50 and p99 over the kills, and p99 as a
+// ratio of the lease (what an agent's producers ride through without a
+// stall: under 1, a takeover costs them nothing).
+func BenchmarkLeaderTakeover(b *testing.B) {
+	kills := takeoverKills
+	if v, err := strconv.Atoi(os.Getenv("BATON_BENCH_TAKEOVER_KILLS")); err == nil && v > 0 {
+		kills = v
+	}
+	ttl := "1s"
+	if v := os.Getenv("BATON_BENCH_TAKEOVER_TTL"); v != "" {
+		ttl = v
+	}
+	for range b.N {
+		benchTakeover(b, kills, ttl)
+	}
+}
+
+func benchTakeover(b *testing.B, kills int, ttl string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	bin := buildBaton(b)
+	etcd := etcdcluster.Start(b, 3)
+	endpoints := strings.Join(etcd.Endpoints(), ",")
+	src, err := embedded.Start(embedded.Brokers(1), embedded.Partitions(1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer src.Close()
+	dst, err := embedded.Start(embedded.Brokers(1), embedded.Partitions(1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer dst.Close()
+
+	addrs := []string{freeAddr(b), freeAddr(b), freeAddr(b)}
+	type replica struct {
+		cmd  *exec.Cmd
+		log  *bytes.Buffer
+		done chan struct{}
+	}
+	replicas := make([]*replica, len(addrs))
+	start := func(i int) {
+		var log bytes.Buffer
+		cmd := exec.Command(bin, "controlplane", "--source", src.Bootstrap(), "--destination", dst.Bootstrap(),
+			"--write-guard", "none", "--source-fence", "none", "--etcd-endpoints", endpoints,
+			"--replica-id", fmt.Sprintf("r%d", i), "--leader-ttl", ttl, "--grpc", addrs[i], "--http", "127.0.0.1:0",
+			"--log-level", "warn")
+		cmd.Stdout, cmd.Stderr = &syncWriter{w: &log}, &syncWriter{w: &log}
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		r := &replica{cmd: cmd, log: &log, done: make(chan struct{})}
+		go func() { _ = cmd.Wait(); close(r.done) }()
+		replicas[i] = r
+	}
+	defer func() {
+		for _, r := range replicas {
+			if r != nil {
+				_ = r.cmd.Process.Kill()
+				<-r.done
+			}
+		}
+	}()
+	for i := range addrs {
+		start(i)
+	}
+	store, err := controlplane.OpenEtcd(ctx, etcd.Endpoints())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer store.Close()
+	leader := func(not string) string {
+		for ctx.Err() == nil {
+			st, err := controlplane.Status(ctx, store)
+			if err == nil && st.Leader != "" && st.Leader != not {
+				return st.Leader
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		b.Fatalf("no leader: %v", ctx.Err())
+		return ""
+	}
+
+	target, ropts := xds.ReplicasTarget(addrs) // as `baton agent --control-plane a,b,c` dials
+	conn, err := grpc.NewClient(target, append(ropts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	node := xds.NodeMeta("bench-agent", "bench", "takeover")
+	var applied atomic.Uint64
+	client, err := xds.NewClient(conn, node, xds.OnRoutes(func(v uint64, _ []*batonv1.TopicRoute) error {
+		applied.Store(v)
+		return nil
+	}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	keeper, err := xds.NewLeaseKeeper(conn, node, func() (uint64, []*batonv1.TopicDrain) { return applied.Load(), nil })
+	if err != nil {
+		b.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); _ = client.Run(rctx) }()
+	go func() { defer wg.Done(); _ = keeper.Run(rctx) }()
+	defer func() { stop(); wg.Wait() }()
+	granted := func(what string) {
+		for !keeper.Valid() {
+			select {
+			case <-keeper.Renewed():
+			case <-time.After(time.Second):
+			case <-ctx.Done():
+				b.Fatalf("%s: %v", what, ctx.Err())
+			}
+		}
+	}
+	granted("the first lease")
+
+	b.ResetTimer()
+	var took []time.Duration
+	for k := range kills {
+		id := leader("")
+		i, _ := strconv.Atoi(strings.TrimPrefix(id, "r"))
+		_ = replicas[i].cmd.Process.Kill()
+		killed := time.Now()
+		<-replicas[i].done
+		// Only a grant of a heartbeat sent after the kill counts: one in
+		// flight may have been answered by the old leader just before.
+		for keeper.ValidUntil().Add(-migration.DefaultLease).Before(killed) {
+			select {
+			case <-keeper.Renewed():
+			case <-time.After(10 * time.Millisecond):
+			case <-ctx.Done():
+				b.Fatalf("kill %d: no lease granted after the kill: %v", k+1, ctx.Err())
+			}
+		}
+		took = append(took, time.Since(killed))
+		b.Logf("kill %d: leader %s killed; first lease granted %v later (new leader %s)", k+1, id,
+			took[k].Round(time.Millisecond), leader(id))
+		granted("a lease from " + leader(id))
+		start(i)
+	}
+	b.StopTimer()
+	slices.Sort(took)
+	p50, p99 := took[len(took)/2], took[min(len(took)-1, len(took)*99/100)]
+	b.ReportMetric(p50.Seconds()*1000, "takeover-p50-ms")
+	b.ReportMetric(p99.Seconds()*1000, "takeover-p99-ms")
+	b.ReportMetric(p99.Seconds()/migration.DefaultLease.Seconds(), "p99/lease")
+	fmt.Printf("\nleader takeover (3 replicas, 3-member etcd, --leader-ttl %s): %d kills, kill to first lease granted: "+
+		"p50 %v, p99 %v (%.2f of the %v lease)\n", ttl, len(took), p50.Round(time.Millisecond), p99.Round(time.Millisecond),
+		p99.Seconds()/migration.DefaultLease.Seconds(), migration.DefaultLease)
+}
+
+// syncWriter serializes writes to w (a process's stdout and stderr share
+// one buffer).
+type syncWriter struct {
+	mu sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
