@@ -47,8 +47,7 @@ type ACLGuard struct {
 	// memory, lost on restart; the control plane passes its etcd store).
 	Owned GuardLedger
 
-	mu  sync.Mutex
-	mem map[string][]OwnedACL
+	mem memLedger // Owned's default
 }
 
 // OwnedACL is one ACL the guard created: on the literal resource Topic:T,
@@ -67,6 +66,37 @@ type GuardLedger interface {
 }
 
 var _ WriteGuard = (*ACLGuard)(nil)
+
+// memLedger is a GuardLedger in memory: the guard's and the fence's when
+// they are given none (lost on restart).
+type memLedger struct {
+	mu sync.Mutex
+	m  map[string][]OwnedACL
+}
+
+var _ GuardLedger = (*memLedger)(nil)
+
+// GuardACLs implements GuardLedger.
+func (l *memLedger) GuardACLs(_ context.Context, topic string) ([]OwnedACL, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.m[topic]), nil
+}
+
+// PutGuardACLs implements GuardLedger.
+func (l *memLedger) PutGuardACLs(_ context.Context, topic string, acls []OwnedACL) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(acls) == 0 {
+		delete(l.m, topic)
+		return nil
+	}
+	if l.m == nil {
+		l.m = map[string][]OwnedACL{}
+	}
+	l.m[topic] = slices.Clone(acls)
+	return nil
+}
 
 // anonymous is what Kafka calls a client without SASL or TLS client auth.
 const anonymous = "User:ANONYMOUS"
@@ -90,30 +120,11 @@ func (g *ACLGuard) Validate() error {
 	return nil
 }
 
-func (g *ACLGuard) load(ctx context.Context, topic string) ([]OwnedACL, error) {
+func (g *ACLGuard) ledger() GuardLedger {
 	if g.Owned != nil {
-		return g.Owned.GuardACLs(ctx, topic)
+		return g.Owned
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return slices.Clone(g.mem[topic]), nil
-}
-
-func (g *ACLGuard) store(ctx context.Context, topic string, acls []OwnedACL) error {
-	if g.Owned != nil {
-		return g.Owned.PutGuardACLs(ctx, topic, acls)
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.mem == nil {
-		g.mem = map[string][]OwnedACL{}
-	}
-	if len(acls) == 0 {
-		delete(g.mem, topic)
-	} else {
-		g.mem[topic] = slices.Clone(acls)
-	}
-	return nil
+	return &g.mem
 }
 
 // Protect implements WriteGuard.
@@ -141,7 +152,7 @@ func (g *ACLGuard) Protect(ctx context.Context, topic string) error {
 	if err != nil {
 		return fmt.Errorf("%w: listing the ACLs on %s: %v", ErrGuard, topic, err)
 	}
-	owned, err := g.load(ctx, topic)
+	owned, err := g.ledger().GuardACLs(ctx, topic)
 	if err != nil {
 		return fmt.Errorf("%w: reading the guard's record of %s: %v", ErrGuard, topic, err)
 	}
@@ -162,7 +173,7 @@ func (g *ACLGuard) Protect(ctx context.Context, topic string) error {
 			owned = append(owned, a)
 		}
 	}
-	if err := g.store(ctx, topic, owned); err != nil {
+	if err := g.ledger().PutGuardACLs(ctx, topic, owned); err != nil {
 		return fmt.Errorf("%w: recording the guard's ACLs on %s: %v", ErrGuard, topic, err)
 	}
 	for _, a := range create {
@@ -250,7 +261,7 @@ func (g *ACLGuard) writers(ctx context.Context, topic string) ([]string, error) 
 // Lift implements WriteGuard: it deletes the ACLs Protect recorded as
 // created, and nothing else.
 func (g *ACLGuard) Lift(ctx context.Context, topic string) error {
-	owned, err := g.load(ctx, topic)
+	owned, err := g.ledger().GuardACLs(ctx, topic)
 	if err != nil {
 		return fmt.Errorf("%w: reading the guard's record of %s: %v", ErrGuard, topic, err)
 	}
@@ -274,7 +285,7 @@ func (g *ACLGuard) Lift(ctx context.Context, topic string) error {
 			return fmt.Errorf("%w: lifting the guard of %s: %v", ErrGuard, topic, err)
 		}
 	}
-	if err := g.store(ctx, topic, nil); err != nil {
+	if err := g.ledger().PutGuardACLs(ctx, topic, nil); err != nil {
 		return fmt.Errorf("%w: clearing the guard's record of %s: %v", ErrGuard, topic, err)
 	}
 	return nil

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -84,34 +82,14 @@ type ACLFence struct {
 	// Default one second; the control plane passes its leader TTL.
 	Term time.Duration
 
-	mu  sync.Mutex
-	mem map[string][]OwnedACL
+	mem memLedger // Owned's default
 }
 
-func (f *ACLFence) load(ctx context.Context, topic string) ([]OwnedACL, error) {
+func (f *ACLFence) ledger() GuardLedger {
 	if f.Owned != nil {
-		return f.Owned.GuardACLs(ctx, topic)
+		return f.Owned
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.mem[topic]), nil
-}
-
-func (f *ACLFence) store(ctx context.Context, topic string, acls []OwnedACL) error {
-	if f.Owned != nil {
-		return f.Owned.PutGuardACLs(ctx, topic, acls)
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.mem == nil {
-		f.mem = map[string][]OwnedACL{}
-	}
-	if len(acls) == 0 {
-		delete(f.mem, topic)
-	} else {
-		f.mem[topic] = slices.Clone(acls)
-	}
-	return nil
+	return &f.mem
 }
 
 // recordInTerm stores topic's record and fails if that took longer than
@@ -124,7 +102,7 @@ func (f *ACLFence) recordInTerm(ctx context.Context, topic string, acls []OwnedA
 		term = time.Second
 	}
 	start := time.Now()
-	if err := f.store(ctx, topic, acls); err != nil {
+	if err := f.ledger().PutGuardACLs(ctx, topic, acls); err != nil {
 		return err
 	}
 	if took := time.Since(start); took > term {
@@ -184,9 +162,7 @@ func hasFenceACL(res kadm.DescribeACLsResults, topic string) bool {
 
 // Enforced implements SourceFence.
 func (f *ACLFence) Enforced(ctx context.Context, topic string) (bool, string, error) {
-	meta := kmsg.NewPtrMetadataRequest()
-	meta.Topics = []kmsg.MetadataRequestTopic{} // brokers only
-	mresp, err := meta.RequestWith(ctx, f.Client)
+	brokers, err := kadm.NewClient(f.Client).ListBrokers(ctx)
 	if err != nil {
 		return false, "", fmt.Errorf("%w: listing the source brokers: %v", ErrSourceFence, err)
 	}
@@ -199,11 +175,8 @@ func (f *ACLFence) Enforced(ctx context.Context, topic string) (bool, string, er
 	req.Operation = kmsg.ACLOperationWrite
 	req.PermissionType = kmsg.ACLPermissionTypeDeny
 	var behind []string
-	ids := make([]int32, 0, len(mresp.Brokers))
-	for _, b := range mresp.Brokers {
-		ids = append(ids, b.NodeID)
-	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	ids := brokers.NodeIDs()
+	slices.Sort(ids)
 	for _, id := range ids {
 		r, err := req.RequestWith(ctx, f.Client.Broker(int(id)))
 		if err == nil {
@@ -235,13 +208,13 @@ func (f *ACLFence) Enforced(ctx context.Context, topic string) (bool, string, er
 // Recorded reports whether the ledger holds a fence of topic's: one a
 // cutover put up and no rollback lifted (a COMPLETE topic's, kept).
 func (f *ACLFence) Recorded(ctx context.Context, topic string) (bool, error) {
-	owned, err := f.load(ctx, topic)
+	owned, err := f.ledger().GuardACLs(ctx, topic)
 	return len(owned) > 0, err
 }
 
 // Lift implements SourceFence.
 func (f *ACLFence) Lift(ctx context.Context, topic string) error {
-	owned, err := f.load(ctx, topic)
+	owned, err := f.ledger().GuardACLs(ctx, topic)
 	if err != nil {
 		return fmt.Errorf("%w: reading the fence's record of %s: %v", ErrSourceFence, topic, err)
 	}
@@ -265,7 +238,7 @@ func (f *ACLFence) Lift(ctx context.Context, topic string) error {
 	if err != nil {
 		return fmt.Errorf("%w: lifting the fence of %s on the source: %v", ErrSourceFence, topic, err)
 	}
-	if err := f.store(ctx, topic, nil); err != nil {
+	if err := f.ledger().PutGuardACLs(ctx, topic, nil); err != nil {
 		return fmt.Errorf("%w: clearing the fence's record of %s: %v", ErrSourceFence, topic, err)
 	}
 	return nil

@@ -16,7 +16,7 @@ import (
 // followed by a pause (a GC pause, a frozen VM) until released, and once
 // deposed its writes fail with ErrNotLeader, as its fenced etcd writes do.
 type pausedLedger struct {
-	shared  *memLedger
+	shared  *testLedger
 	deposed atomic.Bool
 
 	mu      sync.Mutex
@@ -72,7 +72,7 @@ func TestACLFenceLeaderPausedAfterItsRecord(t *testing.T) {
 		succ func(t *testing.T, ctx context.Context, f *ACLFence)
 		// setup runs with the old leader's fence before it is armed.
 		setup func(t *testing.T, ctx context.Context, f *ACLFence)
-		check func(t *testing.T, ctx context.Context, adm *kadm.Client, shared *memLedger, succ *ACLFence)
+		check func(t *testing.T, ctx context.Context, adm *kadm.Client, shared *testLedger, succ *ACLFence)
 	}{
 		{
 			name:  "a paused lift takes down the successor's fence",
@@ -86,7 +86,7 @@ func TestACLFenceLeaderPausedAfterItsRecord(t *testing.T) {
 				}
 				mustFence(t, ctx, f, topic)
 			},
-			check: func(t *testing.T, ctx context.Context, adm *kadm.Client, shared *memLedger, succ *ACLFence) {
+			check: func(t *testing.T, ctx context.Context, adm *kadm.Client, shared *testLedger, succ *ACLFence) {
 				if ok, behind, err := succ.Enforced(ctx, topic); err != nil || !ok {
 					t.Errorf("the successor's fence, mid-cutover, after the deposed leader woke: enforced=%v (%s, %v); "+
 						"the source takes writes again while the successor's cutover reads its end offsets", ok, behind, err)
@@ -103,7 +103,7 @@ func TestACLFenceLeaderPausedAfterItsRecord(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
-			check: func(t *testing.T, ctx context.Context, adm *kadm.Client, shared *memLedger, succ *ACLFence) {
+			check: func(t *testing.T, ctx context.Context, adm *kadm.Client, shared *testLedger, succ *ACLFence) {
 				if n, rec := fenceACLs(t, ctx, adm, topic), shared.record(topic); n > 0 && len(rec) == 0 {
 					t.Errorf("%d fence ACLs on the source of a rolled-back (PROXY) topic, and no record of them: "+
 						"nobody lifts them, every producer of it is refused", n)
@@ -119,7 +119,7 @@ func TestACLFenceLeaderPausedAfterItsRecord(t *testing.T) {
 			admCl := saslClient(t, src, "admin", "admin-pw")
 			adm := kadm.NewClient(admCl)
 			createTopics(t, ctx, adm, topic)
-			shared := &memLedger{}
+			shared := &testLedger{}
 			oldLed := &pausedLedger{shared: shared}
 			const term = 200 * time.Millisecond
 			old := &ACLFence{Client: admCl, Owned: oldLed, Term: term}

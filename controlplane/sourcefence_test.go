@@ -27,48 +27,34 @@ import (
 // aclDestination's cluster ("admin" a superuser, "app" and "repl" allowed
 // to write every topic, "other" nothing), here standing for the source.
 
-// memLedger is a GuardLedger in memory whose writes fail with putErr
-// (ErrNotLeader: a deposed leader's etcd writes).
-type memLedger struct {
+// testLedger is the in-memory ledger whose writes fail with putErr
+// (ErrNotLeader: a deposed leader's etcd writes), counting them.
+type testLedger struct {
+	memLedger
 	mu     sync.Mutex
-	recs   map[string][]OwnedACL
 	putErr error
 	puts   int
 }
 
-func (l *memLedger) GuardACLs(_ context.Context, topic string) ([]OwnedACL, error) {
+func (l *testLedger) PutGuardACLs(ctx context.Context, topic string, acls []OwnedACL) error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Clone(l.recs[topic]), nil
-}
-
-func (l *memLedger) PutGuardACLs(_ context.Context, topic string, acls []OwnedACL) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	l.puts++
-	if l.putErr != nil {
-		return l.putErr
+	err := l.putErr
+	l.mu.Unlock()
+	if err != nil {
+		return err
 	}
-	if l.recs == nil {
-		l.recs = map[string][]OwnedACL{}
-	}
-	if len(acls) == 0 {
-		delete(l.recs, topic)
-	} else {
-		l.recs[topic] = slices.Clone(acls)
-	}
-	return nil
+	return l.memLedger.PutGuardACLs(ctx, topic, acls)
 }
 
-func (l *memLedger) record(topic string) []OwnedACL {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Clone(l.recs[topic])
+func (l *testLedger) record(topic string) []OwnedACL {
+	r, _ := l.GuardACLs(context.Background(), topic)
+	return r
 }
 
 // deposedLedger reads the shared ledger, as a deposed leader still can,
 // and fails every write with ErrNotLeader, as its fenced etcd writes do.
-type deposedLedger struct{ l *memLedger }
+type deposedLedger struct{ l *testLedger }
 
 func (d deposedLedger) GuardACLs(ctx context.Context, topic string) ([]OwnedACL, error) {
 	return d.l.GuardACLs(ctx, topic)
@@ -139,7 +125,7 @@ func TestACLFenceFencesAndLifts(t *testing.T) {
 	admCl := saslClient(t, src, "admin", "admin-pw")
 	adm := kadm.NewClient(admCl)
 	createTopics(t, ctx, adm, "orders", "payments")
-	led := &memLedger{}
+	led := &testLedger{}
 	f := &ACLFence{Client: admCl, Owned: led}
 
 	if ok, behind, err := f.Enforced(ctx, "orders"); err != nil || ok || !strings.Contains(behind, "broker") {
@@ -196,10 +182,10 @@ func TestACLFenceLiftKeepsTheOperatorsDeny(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
-		led  *memLedger // nil: the in-memory default
+		led  *testLedger // nil: the in-memory default
 	}{
 		{"in-memory record", nil},
-		{"ledger", &memLedger{}},
+		{"ledger", &testLedger{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -219,7 +205,7 @@ func TestACLFenceLiftKeepsTheOperatorsDeny(t *testing.T) {
 			if err := f.Fence(ctx, "orders"); err != nil {
 				t.Fatal(err)
 			}
-			if owned, err := f.load(ctx, "orders"); err != nil || len(owned) != 0 {
+			if owned, err := f.ledger().GuardACLs(ctx, "orders"); err != nil || len(owned) != 0 {
 				t.Fatalf("Fence recorded %v (%v) over the operator's own DENY; want nothing", owned, err)
 			}
 			if ok, _, err := f.Enforced(ctx, "orders"); err != nil || !ok {
@@ -256,7 +242,7 @@ func TestACLFenceCreatesNothingUnrecorded(t *testing.T) {
 			admCl := saslClient(t, src, "admin", "admin-pw")
 			adm := kadm.NewClient(admCl)
 			createTopics(t, ctx, adm, "orders")
-			led := &memLedger{putErr: tc.err}
+			led := &testLedger{putErr: tc.err}
 			f := &ACLFence{Client: admCl, Owned: led}
 			if err := f.Fence(ctx, "orders"); !errors.Is(err, ErrSourceFence) {
 				t.Fatalf("Fence with a failing ledger: %v, want ErrSourceFence", err)
@@ -287,7 +273,7 @@ func TestACLFenceDeposedLeaderLiftsNothing(t *testing.T) {
 	admCl := saslClient(t, src, "admin", "admin-pw")
 	adm := kadm.NewClient(admCl)
 	createTopics(t, ctx, adm, "orders")
-	shared := &memLedger{}
+	shared := &testLedger{}
 	leader := &ACLFence{Client: admCl, Owned: shared}
 	if err := leader.Fence(ctx, "orders"); err != nil {
 		t.Fatal(err)
