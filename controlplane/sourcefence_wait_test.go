@@ -8,6 +8,7 @@ import (
 	"time"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/replicator"
 )
@@ -136,16 +137,7 @@ func TestSourceFenceWaitsTheForwardDeadlineAgentsHold(t *testing.T) {
 			if _, err := cp.Migrate(ctx, topic, "test", allGates...); err != nil {
 				t.Fatal(err)
 			}
-			for {
-				top, _ := cp.Topic(topic)
-				if top.State == migration.Complete {
-					break
-				}
-				if ctx.Err() != nil {
-					t.Fatalf("no COMPLETE: %s", top.State)
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			waitComplete(t, ctx, cp, topic)
 			fence.mu.Lock()
 			enforced := fence.enforcedAt
 			fence.mu.Unlock()
@@ -232,14 +224,13 @@ func TestFailingFenceLiftBlocksNoOtherGuardRestore(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer cp.Close()
-			deadline := time.Now().Add(3 * time.Second)
-			for guard.count("b-rolled-back") == 0 {
-				if time.Now().After(deadline) {
-					t.Fatalf("b-rolled-back's write guard never restored in 3 s (a-rolled-back's Protect called %d times): "+
-						"a-rolled-back's failing fence lift ends every round before it", guard.count("a-rolled-back"))
+			wait.For(t, 30*time.Second, "b-rolled-back's write guard restored", func() string {
+				if guard.count("b-rolled-back") == 0 {
+					return fmt.Sprintf("not restored (a-rolled-back's Protect called %d times): a-rolled-back's failing "+
+						"fence lift ends every round before it", guard.count("a-rolled-back"))
 				}
-				time.Sleep(20 * time.Millisecond)
-			}
+				return ""
+			})
 		})
 	}
 }
@@ -321,26 +312,28 @@ func TestSourceFenceLeavesRoomForTheCopyWithAnAgentCutOff(t *testing.T) {
 			if _, err := cp.Migrate(ctx, topic, "test", allGates...); err != nil {
 				t.Fatal(err)
 			}
-			for {
-				top, _ := cp.Topic(topic)
-				if top.State == migration.Complete {
-					return
-				}
-				if top.State == migration.Proxy {
-					evs, _ := cp.Events(ctx, topic, 0)
-					var why string
-					for _, e := range evs {
-						if e.Kind == EventTimedOut {
-							why = e.Reason
-						}
-					}
-					t.Fatalf("rolled back: %s", why)
-				}
-				if ctx.Err() != nil {
-					t.Fatalf("no COMPLETE: %s", top.State)
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			waitComplete(t, ctx, cp, topic)
 		})
 	}
+}
+
+// waitComplete waits for topic's cutover to complete, failing t with the
+// timeout's reason if it rolled back.
+func waitComplete(t *testing.T, ctx context.Context, cp *ControlPlane, topic string) {
+	t.Helper()
+	wait.For(t, time.Minute, topic+" COMPLETE", func() string {
+		top, _ := cp.Topic(topic)
+		if top.State == migration.Proxy {
+			evs, _ := cp.Events(ctx, topic, 0)
+			for _, e := range evs {
+				if e.Kind == EventTimedOut || e.Kind == EventFailed {
+					t.Fatalf("rolled back: %s", e.Reason)
+				}
+			}
+		}
+		if top.State != migration.Complete {
+			return top.State.String()
+		}
+		return ""
+	})
 }

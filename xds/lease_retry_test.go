@@ -2,8 +2,11 @@ package xds
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/internal/wait"
 )
 
 // failingLease answers every heartbeat with an error, over a connection
@@ -23,13 +27,23 @@ import (
 // (PermissionDenied).
 type failingLease struct {
 	batonv1.UnimplementedLeaseServer
-	code  codes.Code
-	calls atomic.Int64
+	code codes.Code
+
+	mu    sync.Mutex
+	calls []time.Time
 }
 
 func (f *failingLease) Heartbeat(context.Context, *batonv1.HeartbeatRequest) (*batonv1.HeartbeatResponse, error) {
-	f.calls.Add(1)
+	f.mu.Lock()
+	f.calls = append(f.calls, time.Now())
+	f.mu.Unlock()
 	return nil, status.Error(f.code, "refused")
+}
+
+func (f *failingLease) called() []time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.calls)
 }
 
 // A heartbeat that fails while the connection stays ready is retried
@@ -60,15 +74,18 @@ func TestLeaseKeeperBacksOffOnErrorsOverAReadyConnection(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan struct{})
 			go func() { defer close(done); _ = k.Run(ctx) }()
-			const run = time.Second
-			time.Sleep(run)
-			cancel()
-			<-done
-			// Retries come every min(lease/3, 4 x backoff) = 400 ms: a
-			// handful in a second. Allow plenty of slack.
-			if n := srv.calls.Load(); n > 20 {
-				t.Errorf("%d heartbeats in %v against a control plane answering %v, want a few (one per %v)",
-					n, run, code, 4*backoff)
+			defer func() { cancel(); <-done }()
+			wait.For(t, time.Minute, "three heartbeats", func() string {
+				if n := len(srv.called()); n < 3 {
+					return fmt.Sprintf("%d", n)
+				}
+				return ""
+			})
+			// Retries come every min(lease/3, 4 x backoff) = 400 ms: two
+			// of them take at least one. A busy loop takes microseconds.
+			calls := srv.called()
+			if took := calls[2].Sub(calls[0]); took < 4*backoff {
+				t.Errorf("3 heartbeats in %v against a control plane answering %v, want one per %v", took, code, 4*backoff)
 			}
 		})
 	}
@@ -117,23 +134,29 @@ func TestLeaseKeeperHeartbeatsWhenReadyAgain(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = k.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	for !k.Valid() {
-		time.Sleep(10 * time.Millisecond)
-	}
+	wait.For(t, time.Minute, "a lease", func() string {
+		if !k.Valid() {
+			return "none"
+		}
+		return ""
+	})
 	g.Stop()
-	for failed, _, _ := logs.count(); failed == 0; failed, _, _ = logs.count() {
-		time.Sleep(10 * time.Millisecond)
-	}
+	wait.For(t, time.Minute, "a failed heartbeat logged", func() string {
+		if failed, _, _ := logs.count(); failed == 0 {
+			return "none"
+		}
+		return ""
+	})
 	back := time.Now()
 	srv := &countingLease{lease: 30 * time.Second}
 	if _, _, err := serveAt(t, addr, func(g *grpc.Server) { batonv1.RegisterLeaseServer(g, srv) }); err != nil {
 		t.Fatalf("cannot listen on %s again: %v", addr, err)
 	}
-	for srv.calls.Load() == 0 {
-		if time.Since(back) > 5*time.Second {
-			t.Fatalf("no heartbeat %v after the control plane was back: the keeper waits for its retry", time.Since(back))
+	wait.For(t, 5*time.Second, "a heartbeat before the keeper's retry (10 s)", func() string {
+		if srv.calls.Load() == 0 {
+			return "none since the control plane was back"
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return ""
+	})
 	t.Logf("heartbeat %v after the control plane was back", time.Since(back).Round(time.Millisecond))
 }

@@ -8,9 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/migration"
-	"github.com/baton-kafka/baton/test/embedded"
 	"github.com/baton-kafka/baton/test/etcdcluster"
 )
 
@@ -30,16 +28,7 @@ func TestPausedLeaderStepsDown(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	endpoints := strings.Join(etcdcluster.Start(t, 3).Endpoints(), ",")
-	src, err := embedded.Start(embedded.Brokers(1), embedded.Partitions(3))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(src.Close)
-	dst, err := embedded.Start(embedded.Brokers(1), embedded.Partitions(3))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(dst.Close)
+	src, dst := kfakePair(t)
 	grpcAddrs := []string{freeTCPAddr(t), freeTCPAddr(t)}
 	var procs []*controlPlaneProc
 	for i, addr := range grpcAddrs {
@@ -56,20 +45,7 @@ func TestPausedLeaderStepsDown(t *testing.T) {
 	}
 	a, _ := startHAAgent(t, ctx, "pod-1", grpcAddrs, src.Addrs(), dst.Addrs())
 	p := startHAProducer(t, ctx, a.Addr())
-	waitFor := func(what string, n int) {
-		t.Helper()
-		base := p.count()
-		wait.For(t, 2*time.Minute, what, func() string {
-			if err := p.failed(); err != nil {
-				t.Fatalf("the producer failed: %v", err)
-			}
-			if p.count() < base+n {
-				return fmt.Sprintf("%d acked since", p.count()-base)
-			}
-			return ""
-		})
-	}
-	waitFor("records acked through PROXY", 50)
+	waitAcked(t, "records acked through PROXY", 50, p)
 
 	p.resetGap()
 	if err := procs[0].proc.Signal(syscall.SIGSTOP); err != nil {
@@ -78,7 +54,7 @@ func TestPausedLeaderStepsDown(t *testing.T) {
 	stopped := time.Now()
 	api2 := apiOf(t, "r2", procs[1].log) // elected while r1 sleeps
 	t.Logf("r2 serving %v after r1 was stopped", time.Since(stopped).Round(time.Millisecond))
-	waitFor("records acked with r2 leading", 50)
+	waitAcked(t, "records acked with r2 leading", 50, p)
 	// Asleep past the agent's lease too, then woken: the agent's
 	// connection to r1 stays up meanwhile (the kernel answers for the
 	// stopped process), so the agent stays with it, and its lease runs out.
@@ -96,7 +72,7 @@ func TestPausedLeaderStepsDown(t *testing.T) {
 	if !strings.Contains(procs[0].log.String(), "lost the leader election") {
 		t.Errorf("r1 exited without saying it lost the election:\n%s", procs[0].log)
 	}
-	waitFor("records acked after r1 exited", 50)
+	waitAcked(t, "records acked after r1 exited", 50, p)
 	t.Logf("the producer's longest gap between acks across the pause of %v: %v", woken.Sub(stopped).Round(time.Millisecond),
 		p.gap().Round(time.Millisecond))
 	out, err := runCLI("topic", "status", "orders", "--server", api2)

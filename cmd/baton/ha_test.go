@@ -42,16 +42,7 @@ func TestReplicasElectOneLeader(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	endpoints := strings.Join(etcdcluster.Start(t, 3).Endpoints(), ",")
-	src, err := embedded.Start(embedded.Brokers(1), embedded.Partitions(3))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(src.Close)
-	dst, err := embedded.Start(embedded.Brokers(1), embedded.Partitions(3))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(dst.Close)
+	src, dst := kfakePair(t)
 
 	grpcAddrs := []string{freeTCPAddr(t), freeTCPAddr(t), freeTCPAddr(t)}
 	type replica struct {
@@ -119,22 +110,7 @@ func TestReplicasElectOneLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	producers := []*haProducer{startHAProducer(t, ctx, agents["pod-1"].Addr()), startHAProducer(t, ctx, agents["pod-2"].Addr())}
-	waitAcked := func(what string) {
-		t.Helper()
-		var base []int
-		for _, p := range producers {
-			base = append(base, p.count())
-		}
-		wait.For(t, 2*time.Minute, what, func() string {
-			for i, p := range producers {
-				if p.count() < base[i]+50 {
-					return fmt.Sprintf("producer %d: %d acked since", i, p.count()-base[i])
-				}
-			}
-			return ""
-		})
-	}
-	waitAcked("records acked through PROXY")
+	waitAcked(t, "records acked through PROXY", 50, producers...)
 
 	// The leader killed while the topic is in PROXY.
 	for _, p := range producers {
@@ -142,7 +118,7 @@ func TestReplicasElectOneLeader(t *testing.T) {
 	}
 	replicas["r1"].kill()
 	second, api2 := leader("r1")
-	waitAcked("records acked after the takeover")
+	waitAcked(t, "records acked after the takeover", 50, producers...)
 	for i, p := range producers {
 		t.Logf("producer %d: longest gap between acks across the leader's kill in PROXY: %v", i+1, p.gap().Round(time.Millisecond))
 	}
@@ -189,7 +165,7 @@ func TestReplicasElectOneLeader(t *testing.T) {
 		}
 		return ""
 	})
-	waitAcked("records acked after COMPLETE")
+	waitAcked(t, "records acked after COMPLETE", 50, producers...)
 	printStatus("after the cutover on " + third)
 
 	for i, p := range producers {
@@ -301,6 +277,41 @@ func (p *haProducer) stop(t *testing.T) []string {
 		t.Fatalf("a producer failed: %v", p.err)
 	}
 	return p.acked
+}
+
+// waitAcked waits until each producer got n more records acked, failing t
+// at once if one failed.
+func waitAcked(t *testing.T, what string, n int, producers ...*haProducer) {
+	t.Helper()
+	var base []int
+	for _, p := range producers {
+		base = append(base, p.count())
+	}
+	wait.For(t, 2*time.Minute, what, func() string {
+		for i, p := range producers {
+			if err := p.failed(); err != nil {
+				t.Fatalf("producer %d failed: %v", i+1, err)
+			}
+			if p.count() < base[i]+n {
+				return fmt.Sprintf("producer %d: %d acked since", i+1, p.count()-base[i])
+			}
+		}
+		return ""
+	})
+}
+
+// kfakePair starts a one-broker kfake source and destination, three
+// partitions each, closed when t ends.
+func kfakePair(t *testing.T) (src, dst *embedded.Cluster) {
+	t.Helper()
+	for _, c := range []**embedded.Cluster{&src, &dst} {
+		var err error
+		if *c, err = embedded.Start(embedded.Brokers(1), embedded.Partitions(3)); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup((*c).Close)
+	}
+	return src, dst
 }
 
 // checkOnDestination waits until every acked value is on dst's orders.

@@ -19,6 +19,7 @@ import (
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/test/embedded"
 	"github.com/baton-kafka/baton/test/etcdcluster"
@@ -107,15 +108,16 @@ func benchTakeover(b *testing.B, kills int, ttl string) {
 	}
 	defer store.Close()
 	leader := func(not string) string {
-		for ctx.Err() == nil {
+		var id string
+		wait.For(b, time.Minute, "a leader other than "+not, func() string {
 			st, err := controlplane.Status(ctx, store)
-			if err == nil && st.Leader != "" && st.Leader != not {
-				return st.Leader
+			if err != nil || st.Leader == "" || st.Leader == not {
+				return fmt.Sprintf("leader %q, %v", st.Leader, err)
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		b.Fatalf("no leader: %v", ctx.Err())
-		return ""
+			id = st.Leader
+			return ""
+		})
+		return id
 	}
 
 	target, ropts := xds.ReplicasTarget(addrs) // as `baton agent --control-plane a,b,c` dials
