@@ -170,20 +170,29 @@ func (cp *ControlPlane) cutover(ctx context.Context, name string, co Cutover, r 
 	}
 }
 
-func (cp *ControlPlane) setStep(ctx context.Context, name, step string) error {
+// setStep stores the running cutover's step, with what also changes of
+// the topic (nothing of its route: the version stays).
+func (cp *ControlPlane) setStep(ctx context.Context, name, step string, also ...func(*Topic)) error {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	t, ok := cp.topics[name]
 	if !ok || t.Cutover == nil {
 		return fmt.Errorf("%w: %s vanished mid-cutover", ErrUnknownTopic, name)
 	}
-	// A new Cutover, not a write into the old one: the Topic copies that
-	// Topics, Topic and Migrate hand out share the pointer, and are read
-	// (the HTTP API encodes them) without cp.mu.
-	co := *t.Cutover
+	// A new Topic and Cutover, not writes into the old ones: the Topic
+	// copies that Topics, Topic and Migrate hand out share the pointer,
+	// and are read (the HTTP API encodes them) without cp.mu.
+	nt, co := *t, *t.Cutover
 	co.Step = step
-	t.Cutover = &co
-	return cp.store.PutTopic(ctx, *t, cp.version)
+	nt.Cutover = &co
+	for _, f := range also {
+		f(&nt)
+	}
+	if err := cp.store.PutTopic(ctx, nt, cp.version); err != nil {
+		return err
+	}
+	cp.topics[name] = &nt
+	return nil
 }
 
 // wait polls cond (and wakes on agent heartbeats) until it holds, the

@@ -317,18 +317,14 @@ func (cp *ControlPlane) promiseFences(ctx context.Context) error {
 // after that wait the source has acked nothing the end offsets miss.
 func (cp *ControlPlane) fenceSource(ctx, dctx context.Context, name string, ev func(kind, agent, reason string),
 	step func(string, error) error) error {
-	cp.mu.Lock()
-	t, ok := cp.topics[name]
-	if !ok || t.Cutover == nil {
-		cp.mu.Unlock()
+	t, err := cp.Topic(name)
+	if err != nil || t.Cutover == nil {
 		return fmt.Errorf("%w: %s vanished mid-cutover", ErrUnknownTopic, name)
 	}
 	if !t.FenceAtCutover {
-		cp.mu.Unlock()
 		return nil
 	}
 	if !cp.fenced() {
-		cp.mu.Unlock()
 		return fmt.Errorf("%w: %s: its routes told agents the source is fenced at the cutover", ErrNoSourceFence, name)
 	}
 	deadline := t.Cutover.Deadline
@@ -336,15 +332,7 @@ func (cp *ControlPlane) fenceSource(ctx, dctx context.Context, name string, ev f
 	// UnleasedForwardDeadline: the F it holds may be an earlier control
 	// plane's, larger than this one's.
 	forward := max(cp.cfg.forward, t.ForwardDeadline, migration.UnleasedForwardDeadline)
-	nt, co := *t, *t.Cutover
-	co.Step = "fence-source"
-	nt.Cutover, nt.SourceFenceUp = &co, true
-	err := cp.store.PutTopic(dctx, nt, cp.version) // the route is unchanged: no new version
-	if err == nil {
-		cp.topics[name] = &nt
-	}
-	cp.mu.Unlock()
-	if err != nil {
+	if err := cp.setStep(dctx, name, "fence-source", func(t *Topic) { t.SourceFenceUp = true }); err != nil {
 		return step("storing the step", err)
 	}
 	if err := cp.cfg.fence.Fence(dctx, name); err != nil {
