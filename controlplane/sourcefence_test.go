@@ -694,20 +694,10 @@ func TestSourceFenceNotLiftedUnderTheNextCutover(t *testing.T) {
 	p := startPlaneStore(t, ctx, st, "", k, WithSourceFence(&ACLFence{Client: admCl, Owned: led}))
 	a := startAgent(t, ctx, p.addr, "a")
 	k.produce(t, ctx, topic, 10)
-	if _, err := p.cp.AddTopic(ctx, TopicSpec{Name: topic}, "test"); err != nil {
-		t.Fatal(err)
-	}
-	waitLeases(t, ctx, p, a)
-	eventually(t, ctx, "replication caught up", func() bool { l, err := k.repl.Lag(topic); return err == nil && l == 0 })
-	if err := k.repl.R.Pause(topic); err != nil {
-		t.Fatal(err)
-	}
-	k.produce(t, ctx, topic, 5)
 
 	// Attempt 1 fences the source, then is aborted: the lift of its fence
 	// is held reading the fence's record.
-	migrateForced(t, ctx, p, topic)
-	wantEvents(t, ctx, p, topic, EventSourceFenced)
+	fenceInCutover(t, ctx, p, k, topic, a)
 	entered, release := led.arm()
 	defer release()
 	if got, err := p.cp.Abort(ctx, topic, "operator", "test"); err != nil || got.State != migration.Proxy {
@@ -790,9 +780,10 @@ func (l *failingLedger) GuardACLs(ctx context.Context, topic string) ([]OwnedACL
 	return l.GuardLedger.GuardACLs(ctx, topic)
 }
 
-// rollBackFenced adds topic (unless the test did), runs a cutover of it
-// until it fenced the source, and aborts it.
-func rollBackFenced(t *testing.T, ctx context.Context, p *plane, k *kafkaEnv, topic string, a *standIn) {
+// fenceInCutover adds topic (unless the test did) and runs a cutover of it
+// until it fenced the source, with replication paused so that the cutover
+// stays there.
+func fenceInCutover(t *testing.T, ctx context.Context, p *plane, k *kafkaEnv, topic string, a *standIn) {
 	t.Helper()
 	if _, err := p.cp.AddTopic(ctx, TopicSpec{Name: topic}, "test"); err != nil && !errors.Is(err, ErrTopicExists) {
 		t.Fatal(err)
@@ -805,6 +796,12 @@ func rollBackFenced(t *testing.T, ctx context.Context, p *plane, k *kafkaEnv, to
 	k.produce(t, ctx, topic, 5)
 	migrateForced(t, ctx, p, topic)
 	wantEvents(t, ctx, p, topic, EventSourceFenced)
+}
+
+// rollBackFenced runs fenceInCutover and aborts the cutover.
+func rollBackFenced(t *testing.T, ctx context.Context, p *plane, k *kafkaEnv, topic string, a *standIn) {
+	t.Helper()
+	fenceInCutover(t, ctx, p, k, topic, a)
 	if got, err := p.cp.Abort(ctx, topic, "operator", "test"); err != nil || got.State != migration.Proxy {
 		t.Fatalf("abort: %v, %v", got.State, err)
 	}
