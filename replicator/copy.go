@@ -543,6 +543,9 @@ func (r *Replicator) skip(p *partState, b batch, reason string) {
 // segment is recorded first, all of the batch's segments acknowledged by
 // D before the batch is sent.
 func (r *Replicator) copyBatch(ctx context.Context, p *partState, b batch, raw []byte, runs []srcRun) error {
+	if _, ok := r.mayWrite(p.topic, p.p); !ok {
+		return fmt.Errorf("%w: %s/%d: batch at source offset %d not copied", ErrLeaseLost, p.topic, p.p, b.baseOffset)
+	}
 	segs, delta, n := segmentsFor(p.topic, p.p, p.dstEnd, p.delta, runs)
 	if len(segs) > 0 {
 		recs := make([]*kgo.Record, len(segs))
@@ -642,7 +645,19 @@ func (r *Replicator) produce(ctx context.Context, p *partState, raw []byte, srcB
 	pctx := context.WithoutCancel(ctx)
 	backoff := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		base, err := r.produceOnce(pctx, p, req)
+		// Every attempt, retries too, needs the partition's lease: after
+		// it another worker resumes from D's end, and a retry landing then
+		// would be written twice.
+		until, ok := r.mayWrite(p.topic, p.p)
+		if !ok {
+			return 0, fmt.Errorf("%w: %s/%d: batch at source offset %d not sent", ErrLeaseLost, p.topic, p.p, srcBase)
+		}
+		actx, cancel := pctx, context.CancelFunc(func() {})
+		if !until.IsZero() {
+			actx, cancel = context.WithDeadline(pctx, until)
+		}
+		base, err := r.produceOnce(actx, p, req)
+		cancel()
 		if err == nil {
 			return base, nil
 		}
