@@ -162,6 +162,13 @@ func (w *Worker) renew(ctx context.Context) (time.Duration, error) {
 // report is the worker's state for a Work request sent at sent.
 func (w *Worker) report(sent time.Time) *batonv1.WorkRequest {
 	req := &batonv1.WorkRequest{NodeId: w.id, Incarnation: w.incarnation, SentAt: timestamppb.New(sent)}
+	w.mu.Lock()
+	for _, s := range w.stops {
+		if s.done {
+			req.Stopped = append(req.Stopped, s.answer)
+		}
+	}
+	w.mu.Unlock()
 	status := map[partition]replicator.PartitionStatus{}
 	for _, t := range w.Copier.Status() {
 		for _, p := range t.Partitions {
@@ -170,17 +177,17 @@ func (w *Worker) report(sent time.Time) *batonv1.WorkRequest {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if !sent.Before(w.until) {
+		// Lapsed leases are no claim: a new leader would keep them for
+		// this worker while another's may still run.
+		return req
+	}
 	for k := range w.held {
 		cs := &batonv1.CopyState{Topic: k.topic, Partition: k.p, Next: -1, DestinationEnd: -1}
 		if st, ok := status[k]; ok {
 			cs = copyState(k.topic, st)
 		}
 		req.Partitions = append(req.Partitions, cs)
-	}
-	for _, s := range w.stops {
-		if s.done {
-			req.Stopped = append(req.Stopped, s.answer)
-		}
 	}
 	return req
 }
