@@ -605,3 +605,62 @@ func sourceEndOffsets(ctx context.Context, source *kadm.Client, topic string) (m
 	}
 	return out, nil
 }
+
+// WorkerView is one replicator worker as `GET /v1/workers` shows it.
+type WorkerView struct {
+	ID string `json:"id"`
+	// Partitions are the partitions it holds, "topic/partition".
+	Partitions []string `json:"partitions"`
+	// LeaseUntil is when its lease (plus flight) ends unless renewed.
+	LeaseUntil time.Time `json:"lease_until"`
+	// Lag is the largest time lag it reported.
+	Lag time.Duration `json:"lag_ns"`
+	// Errors are its partitions' copy errors, "topic/partition: error".
+	Errors []string `json:"errors,omitempty"`
+}
+
+// Workers lists the live workers by id, with what each holds.
+func (p *WorkerPool) Workers() []WorkerView {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	byID := map[string]*WorkerView{}
+	out := make([]WorkerView, 0, len(p.workers))
+	for id, w := range p.workers {
+		byID[id] = &WorkerView{ID: id, LeaseUntil: w.until, Partitions: []string{}}
+	}
+	for _, t := range p.sortedTopics() {
+		for i := range max(t.partitions, 0) {
+			pp := t.parts[i]
+			v := byID[pp.holder]
+			if v == nil {
+				continue
+			}
+			name := fmt.Sprintf("%s/%d", t.name, i)
+			v.Partitions = append(v.Partitions, name)
+			v.Lag = max(v.Lag, pp.state.GetLag().AsDuration())
+			if e := pp.state.GetError(); e != "" {
+				v.Errors = append(v.Errors, name+": "+e)
+			}
+		}
+	}
+	for _, v := range byID {
+		out = append(out, *v)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Workers is how the control plane replicates: "in-process", or
+// "workers" with the workers (`GET /v1/workers`).
+type Workers struct {
+	Replication string       `json:"replication"`
+	Workers     []WorkerView `json:"workers"`
+}
+
+// Workers returns how the control plane replicates and its workers.
+func (cp *ControlPlane) Workers() Workers {
+	if p, ok := cp.cfg.repl.(*WorkerPool); ok {
+		return Workers{Replication: "workers", Workers: p.Workers()}
+	}
+	return Workers{Replication: "in-process", Workers: []WorkerView{}}
+}

@@ -138,6 +138,11 @@ func TestReplicatorWorkers(t *testing.T) {
 		moved = time.Since(killed)
 		return ""
 	})
+	out, err := runCLI("workers", "--server", api)
+	if err != nil || !strings.Contains(out, "w2") || strings.Contains(out, "w1") {
+		t.Errorf("baton workers after w1's kill: %v\n%s", err, out)
+	}
+	t.Logf("baton workers:\n%s", out)
 	t.Logf("w1 killed mid-copy (%d records acked by then): its partitions were leased to w2 %v later (lease %v, flight %v)",
 		nAcked(), moved.Round(time.Millisecond), migration.DefaultLease, migration.DefaultForwardDeadline)
 	if bound := 2 * (migration.DefaultLease + migration.DefaultForwardDeadline); moved > bound {
@@ -179,7 +184,7 @@ func TestReplicatorWorkers(t *testing.T) {
 		})
 		return behind
 	})
-	out, err := runCLI("verify", "parity", "--source", src.Bootstrap(), "--destination", dst.Bootstrap(), "--topic", "orders")
+	out, err = runCLI("verify", "parity", "--source", src.Bootstrap(), "--destination", dst.Bootstrap(), "--topic", "orders")
 	t.Logf("baton verify parity:\n%s", out)
 	if err != nil {
 		t.Fatalf("verify parity: %v", err)
