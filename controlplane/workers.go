@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -34,9 +36,10 @@ import (
 // worker asking that holds fewer than its share; one holding more than its
 // share gives the rest back.
 //
-// A pool that starts (a new leader) grants nothing new for lease + flight,
-// since a previous leader's leases may still run; it keeps the partitions
-// workers report holding meanwhile, so their copy does not stop.
+// A pool that starts (a new leader) grants nothing new for the previous
+// leader's takeover margin + lease + flight, since that leader's leases may
+// still run; it keeps the partitions workers report holding (under a lease
+// that runs) meanwhile, so their copy does not stop.
 type WorkerPool struct {
 	batonv1.UnimplementedReplicationServer
 
@@ -52,6 +55,10 @@ type WorkerPool struct {
 	workers  map[string]*poolWorker
 	lastStop uint64
 	wake     chan struct{} // closed and replaced when topics are added
+	// diverged holds, by topic and partition, the first divergence a
+	// worker reported. Like the replicator's, it outlives Stop and Start:
+	// the destination's copy no longer mirrors the source's.
+	diverged map[string]map[int32]string
 }
 
 type poolTopic struct {
@@ -76,21 +83,28 @@ type poolWorker struct {
 	id          string
 	incarnation uint64
 	until       time.Time // lease end plus flight of its last renewal
+	// latency is its last report of the destination's ack latency, by
+	// topic (reports with no samples left out).
+	latency map[string]replicator.Latency
 }
 
 type poolStop struct {
-	id      uint64
-	stopped map[int32]*batonv1.CopyState
-	recent  []replicator.SourceBatch
-	err     error
-	done    chan struct{}
+	id         uint64
+	partitions int32 // the topic's when the stop began
+	stopped    map[int32]*batonv1.CopyState
+	recent     []replicator.SourceBatch
+	err        error
+	done       chan struct{}
 }
 
 // NewWorkerPool returns a pool leasing partitions for lease (renewed every
 // lease/3; default migration.DefaultLease) with flight (default
 // migration.DefaultForwardDeadline) between a lease's end and another
 // worker's grant. source reads the source's partitions and end offsets.
-func NewWorkerPool(source *kadm.Client, lease, flight time.Duration, log *slog.Logger) (*WorkerPool, error) {
+// takeover is how long a leader before this one may still have granted
+// leases after this one started (TakeoverMargin; 0 for one process): the
+// pool's quiet period is takeover + lease + flight.
+func NewWorkerPool(source *kadm.Client, lease, flight, takeover time.Duration, log *slog.Logger) (*WorkerPool, error) {
 	if lease == 0 {
 		lease = migration.DefaultLease
 	}
@@ -104,18 +118,21 @@ func NewWorkerPool(source *kadm.Client, lease, flight time.Duration, log *slog.L
 		return nil, fmt.Errorf("%w: worker pool: lease %v is under 300ms", ErrBadConfig, lease)
 	case flight < 0 || flight >= lease:
 		return nil, fmt.Errorf("%w: worker pool: flight %v must be positive and under the lease %v", ErrBadConfig, flight, lease)
+	case takeover < 0:
+		return nil, fmt.Errorf("%w: worker pool: takeover margin %v is negative", ErrBadConfig, takeover)
 	}
 	if log == nil {
 		log = slog.Default()
 	}
 	p := &WorkerPool{source: source, lease: lease, flight: flight, log: log.With("component", "workers"), now: time.Now,
 		topics: map[string]*poolTopic{}, workers: map[string]*poolWorker{}, wake: make(chan struct{})}
-	p.quiet = p.now().Add(lease + flight)
+	p.quiet = p.now().Add(takeover + lease + flight)
 	return p, nil
 }
 
 var (
 	_ Replication               = (*WorkerPool)(nil)
+	_ LatencySource             = (*WorkerPool)(nil)
 	_ batonv1.ReplicationServer = (*WorkerPool)(nil)
 )
 
@@ -173,7 +190,9 @@ func (p *WorkerPool) readPartitions(ctx context.Context, names []string) {
 			n := int32(len(d.Partitions))
 			if n > t.partitions {
 				for i := max(t.partitions, 0); i < n; i++ {
-					t.parts[i] = &poolPart{}
+					if t.parts[i] == nil { // or adopted from a report already
+						t.parts[i] = &poolPart{}
+					}
 				}
 				t.partitions = n
 			}
@@ -269,23 +288,60 @@ func (p *WorkerPool) Progress(topic string) (map[int32]int64, error) {
 func (p *WorkerPool) Diverged(topic string) map[int32]string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var out map[int32]string
-	if t, ok := p.topics[topic]; ok {
-		for i, pp := range t.parts {
-			if d := pp.state.GetDiverged(); d != "" {
-				if out == nil {
-					out = map[int32]string{}
-				}
-				out[i] = d
-			}
+	if len(p.diverged[topic]) == 0 {
+		return nil
+	}
+	return maps.Clone(p.diverged[topic])
+}
+
+// noteLocked keeps what a worker reported of a partition it held. p.mu is
+// held.
+func (p *WorkerPool) noteLocked(pp *poolPart, cs *batonv1.CopyState) {
+	pp.state, pp.reported = cs, true
+	if d := cs.GetDiverged(); d != "" {
+		if p.diverged == nil {
+			p.diverged = map[string]map[int32]string{}
+		}
+		if p.diverged[cs.GetTopic()] == nil {
+			p.diverged[cs.GetTopic()] = map[int32]string{}
+		}
+		if _, ok := p.diverged[cs.GetTopic()][cs.GetPartition()]; !ok {
+			p.diverged[cs.GetTopic()][cs.GetPartition()] = d
 		}
 	}
-	return out
 }
 
 // SourceEndOffsets implements Replication.
 func (p *WorkerPool) SourceEndOffsets(ctx context.Context, topic string) (map[int32]int64, error) {
 	return sourceEndOffsets(ctx, p.source, topic)
+}
+
+// DestinationLatency implements LatencySource from the workers' reports:
+// several workers copying one topic each measure their own partitions, so
+// the p50 is their p50s weighted by samples and the p99 the largest p99 (an
+// upper bound, which emulation errs towards).
+func (p *WorkerPool) DestinationLatency(topic string) (replicator.Latency, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out replicator.Latency
+	var weighted float64
+	for _, w := range p.workers {
+		l, ok := w.latency[topic]
+		if !ok {
+			continue
+		}
+		weighted += float64(l.P50) * float64(l.Samples)
+		out.Samples += l.Samples
+		out.P99 = max(out.P99, l.P99)
+		if l.At.After(out.At) {
+			out.At = l.At
+		}
+	}
+	if out.Samples == 0 {
+		return replicator.Latency{}, false
+	}
+	out.P50 = time.Duration(weighted / float64(out.Samples))
+	return out, true
 }
 
 // Stop implements Replication: it asks every worker holding a partition of
@@ -311,7 +367,7 @@ func (p *WorkerPool) Stop(ctx context.Context, topic string) (map[int32]int64, [
 		}
 	}
 	p.lastStop++
-	st := &poolStop{id: p.lastStop, stopped: map[int32]*batonv1.CopyState{}, done: make(chan struct{})}
+	st := &poolStop{id: p.lastStop, partitions: t.partitions, stopped: map[int32]*batonv1.CopyState{}, done: make(chan struct{})}
 	t.stop = st
 	p.mu.Unlock()
 
@@ -431,15 +487,28 @@ func (p *WorkerPool) Work(_ context.Context, req *batonv1.WorkRequest) (*batonv1
 		p.log.Info("replicator worker joined", "worker", id)
 	}
 	w.until = now.Add(p.lease + p.flight)
+	w.latency = make(map[string]replicator.Latency, len(req.GetLatency()))
+	for _, l := range req.GetLatency() {
+		if l.GetSamples() > 0 {
+			w.latency[l.GetTopic()] = replicator.Latency{P50: l.GetP50().AsDuration(), P99: l.GetP99().AsDuration(),
+				Samples: int(l.GetSamples()), At: now}
+		}
+	}
 
 	for _, cs := range req.GetPartitions() {
 		t := p.topics[cs.GetTopic()]
-		if t == nil {
+		if t == nil || cs.GetPartition() < 0 {
 			continue
 		}
 		pp := t.parts[cs.GetPartition()]
 		switch {
+		case pp == nil && now.Before(p.quiet) && t.partitions < 0:
+			// Granted by a previous leader before this one read the
+			// topic's partitions: it stays the worker's.
+			pp = &poolPart{holder: id}
+			t.parts[cs.GetPartition()] = pp
 		case pp == nil:
+			continue
 		case pp.holder == id:
 		case pp.holder == "" && now.Before(p.quiet):
 			// Granted by a previous leader: it stays the worker's.
@@ -447,9 +516,7 @@ func (p *WorkerPool) Work(_ context.Context, req *batonv1.WorkRequest) (*batonv1
 		default:
 			continue
 		}
-		if pp != nil {
-			pp.state, pp.reported = cs, true
-		}
+		p.noteLocked(pp, cs)
 	}
 	for _, s := range req.GetStopped() {
 		p.stoppedLocked(id, s)
@@ -459,7 +526,7 @@ func (p *WorkerPool) Work(_ context.Context, req *batonv1.WorkRequest) (*batonv1
 	resp := &batonv1.WorkResponse{Lease: durationpb.New(p.lease), Flight: durationpb.New(p.flight), ServerTime: timestamppb.New(now)}
 	for _, t := range p.sortedTopics() {
 		asked := false
-		for i := range max(t.partitions, 0) {
+		for _, i := range slices.Sorted(maps.Keys(t.parts)) {
 			pp := t.parts[i]
 			if pp.holder != id {
 				continue
@@ -491,6 +558,7 @@ func (p *WorkerPool) stoppedLocked(id string, s *batonv1.StoppedTopic) {
 		got[cs.GetPartition()] = cs
 	}
 	var missing []string
+	now := map[int32]bool{} // recorded by this answer
 	for i, pp := range t.parts {
 		if pp.holder != id {
 			continue
@@ -500,11 +568,13 @@ func (p *WorkerPool) stoppedLocked(id string, s *batonv1.StoppedTopic) {
 			missing = append(missing, fmt.Sprint(i))
 			continue
 		}
+		p.noteLocked(pp, cs)
 		st.stopped[i] = cs
+		now[i] = true
 		pp.holder = "" // stopped: nothing more to lease
 	}
 	for _, b := range s.GetRecent() {
-		if _, mine := got[b.GetPartition()]; mine {
+		if now[b.GetPartition()] { // an answer sent again adds nothing
 			st.recent = append(st.recent, replicator.SourceBatch{Partition: b.GetPartition(), ProducerID: b.GetProducerId(),
 				Epoch: int16(b.GetProducerEpoch()), BaseSeq: b.GetBaseSequence(), Records: b.GetRecords(), Offset: b.GetOffset()})
 		}
@@ -514,7 +584,7 @@ func (p *WorkerPool) stoppedLocked(id string, s *batonv1.StoppedTopic) {
 			t.name, id, strings.Join(missing, ", ")))
 		return
 	}
-	if int32(len(st.stopped)) == t.partitions {
+	if int32(len(st.stopped)) >= st.partitions {
 		p.endStopLocked(t, st, nil)
 	}
 }

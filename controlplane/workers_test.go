@@ -23,7 +23,8 @@ type poolClock struct {
 	t  time.Time
 }
 
-func (c *poolClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *poolClock) now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *poolClock) set(t time.Time) { c.mu.Lock(); defer c.mu.Unlock(); c.t = t }
 func (c *poolClock) add(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -49,7 +50,7 @@ func testPool(t *testing.T, parts int32, quiet bool) (*WorkerPool, *poolClock) {
 	if _, err := adm.CreateTopic(context.Background(), parts, 1, nil, "t"); err != nil {
 		t.Fatal(err)
 	}
-	p, err := NewWorkerPool(adm, 3*time.Second, time.Second, nil)
+	p, err := NewWorkerPool(adm, 3*time.Second, time.Second, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

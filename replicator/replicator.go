@@ -226,6 +226,10 @@ type partState struct {
 	lost     int64 // source records deleted before they were copied
 	recent   recentBatches
 	seeded   bool // recent was read back from the source (seedRecent)
+	// resync: under Leases, the partition may have been another worker's
+	// since this one set it up, so its set-up reads its offset map
+	// segments from D again. Set at first and whenever its lease lapses.
+	resync bool
 
 	srcLeader, dstLeader int32
 }
@@ -614,7 +618,13 @@ func (r *Replicator) worker(ctx context.Context) {
 		err := r.step(ctx, p)
 		r.mu.Lock()
 		p.busy = false
-		if err != nil && ctx.Err() == nil {
+		if errors.Is(err, ErrLeaseLost) {
+			// Not a failure of the copy: the partition waits for its
+			// lease, and resumes from D's state when it has it again.
+			p.resync = true
+			r.log.Debug("copy step ended: partition lease lost", "topic", p.topic, "partition", p.p, "err", err)
+			err = nil
+		} else if err != nil && ctx.Err() == nil {
 			p.failures++
 			backoff := min(r.cfg.maxBackoff, 100*time.Millisecond<<min(p.failures-1, 10))
 			p.retryAt = time.Now().Add(backoff)
@@ -663,7 +673,10 @@ func (r *Replicator) pick() (*partState, <-chan struct{}) {
 				continue
 			}
 			if _, ok := r.mayWrite(t.name, p.p); !ok {
-				continue // another worker's
+				// Another worker's, maybe, until it is this one's again:
+				// then it resumes from what D holds, not from here.
+				p.inited, p.resync = false, true
+				continue
 			}
 			if p.inited && p.lag.end() <= p.next {
 				continue // caught up as far as the samples show

@@ -202,14 +202,13 @@ allowed to alter and describe ACLs.`,
 				repl = &controlplane.ReplicatorAdapter{R: r, Source: kadm.NewClient(scl)}
 				runRepl = func(ctx context.Context) { _ = r.Run(ctx) }
 			} else {
-				pool, err := controlplane.NewWorkerPool(kadm.NewClient(scl), lease, forward, log)
+				pool, err := controlplane.NewWorkerPool(kadm.NewClient(scl), lease, forward, takeoverMargin(lead, leaderTTL), log)
 				if err != nil {
 					return err
 				}
 				repl, runRepl = pool, pool.Run
-				log.Warn("replication by workers (baton replicator --control-plane): bypass detection, the forgotten-producer " +
-					"gate and latency emulation read the in-process replicator's copy and are off; run --replication=in-process " +
-					"where they matter")
+				log.Warn("replication by workers (baton replicator --control-plane): bypass detection and the forgotten-producer " +
+					"gate read every batch the in-process replicator copies and are off; run --replication=in-process where they matter")
 			}
 			cp, err := controlplane.New(ctx, append([]controlplane.Opt{controlplane.WithStore(store), controlplane.Logger(log),
 				controlplane.WithGuard(guard), controlplane.WithSourceFence(fence),

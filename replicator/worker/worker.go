@@ -35,6 +35,7 @@ type Copier interface {
 	SetMigrating(topic string, migrating bool) error
 	Stop(ctx context.Context, topic string) (replicator.Stopped, error)
 	Status() []replicator.TopicStatus
+	DestinationLatency(topic string) (replicator.Latency, bool)
 }
 
 var (
@@ -174,6 +175,10 @@ func (w *Worker) report(sent time.Time) *batonv1.WorkRequest {
 		for _, p := range t.Partitions {
 			status[partition{t.Topic, p.Partition}] = p
 		}
+		if l, ok := w.Copier.DestinationLatency(t.Topic); ok {
+			req.Latency = append(req.Latency, &batonv1.TopicLatency{Topic: t.Topic, P50: durationpb.New(l.P50),
+				P99: durationpb.New(l.P99), Samples: int64(l.Samples)})
+		}
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -228,15 +233,23 @@ func (w *Worker) apply(ctx context.Context, sent time.Time, resp *batonv1.WorkRe
 	w.until = sent.Add(resp.GetLease().AsDuration())
 	w.flight = resp.GetFlight().AsDuration()
 	w.held = held
-	// Stops answered and no longer asked for are over.
+	// Stops answered and no longer asked for are over (the topic may be
+	// copied again below).
 	for topic, s := range w.stops {
-		if id, ok := asked[topic]; (!ok || id != s.id) && s.done {
+		if _, ok := asked[topic]; !ok && s.done {
 			delete(w.stops, topic)
 		}
 	}
 	for topic, id := range asked {
 		if s, ok := w.stops[topic]; ok && (s.id == id || !s.done) {
 			continue // answered, or an older stop still running: asked again once it is done
+		}
+		if s, ok := w.stops[topic]; ok {
+			// An earlier stop's answer (the control plane gave up on it)
+			// still holds: the topic was not copied since.
+			s.id = id
+			s.answer.StopId = id
+			continue
 		}
 		w.stops[topic] = &stop{id: id}
 		delete(w.started, topic)

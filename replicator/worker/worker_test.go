@@ -29,7 +29,11 @@ type copier struct {
 	stopped []string
 }
 
-func (c *copier) Start(topic string) { c.mu.Lock(); defer c.mu.Unlock(); c.started = append(c.started, topic) }
+func (c *copier) Start(topic string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.started = append(c.started, topic)
+}
 func (c *copier) Pause(string) error { return nil }
 func (c *copier) SetMigrating(string, bool) error {
 	return nil
@@ -42,6 +46,9 @@ func (c *copier) Stop(_ context.Context, topic string) (replicator.Stopped, erro
 	return replicator.Stopped{Partitions: []replicator.PartitionStatus{{Partition: 0, Next: 42}, {Partition: 1, Next: 43}}}, nil
 }
 func (c *copier) Status() []replicator.TopicStatus { return nil }
+func (c *copier) DestinationLatency(string) (replicator.Latency, bool) {
+	return replicator.Latency{}, false
+}
 
 // TestWorkerLeases runs a worker against a control plane's worker pool
 // over gRPC: it may write the partitions leased to it, the cutover's stop
@@ -65,7 +72,7 @@ func TestWorkerLeases(t *testing.T) {
 		t.Fatal(err)
 	}
 	lease, flight := 900*time.Millisecond, 300*time.Millisecond
-	pool, err := controlplane.NewWorkerPool(kadm.NewClient(cl), lease, flight, nil)
+	pool, err := controlplane.NewWorkerPool(kadm.NewClient(cl), lease, flight, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

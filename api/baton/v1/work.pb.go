@@ -41,7 +41,11 @@ type WorkRequest struct {
 	// stopped are the topics the control plane asked the worker to stop
 	// (WorkResponse.stop), with where their copy stopped, sent again with
 	// every request while the control plane asks.
-	Stopped       []*StoppedTopic `protobuf:"bytes,5,rep,name=stopped,proto3" json:"stopped,omitempty"`
+	Stopped []*StoppedTopic `protobuf:"bytes,5,rep,name=stopped,proto3" json:"stopped,omitempty"`
+	// latency is the destination's produce ack latency the worker measured
+	// per topic over its recent window (for latency emulation), topics with
+	// no sample in it left out.
+	Latency       []*TopicLatency `protobuf:"bytes,6,rep,name=latency,proto3" json:"latency,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -111,6 +115,83 @@ func (x *WorkRequest) GetStopped() []*StoppedTopic {
 	return nil
 }
 
+func (x *WorkRequest) GetLatency() []*TopicLatency {
+	if x != nil {
+		return x.Latency
+	}
+	return nil
+}
+
+// TopicLatency is one topic's destination produce ack latency on a worker.
+type TopicLatency struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Topic string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	P50   *durationpb.Duration   `protobuf:"bytes,2,opt,name=p50,proto3" json:"p50,omitempty"`
+	P99   *durationpb.Duration   `protobuf:"bytes,3,opt,name=p99,proto3" json:"p99,omitempty"`
+	// samples is how many acks the quantiles are read from.
+	Samples       int64 `protobuf:"varint,4,opt,name=samples,proto3" json:"samples,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopicLatency) Reset() {
+	*x = TopicLatency{}
+	mi := &file_baton_v1_work_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopicLatency) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopicLatency) ProtoMessage() {}
+
+func (x *TopicLatency) ProtoReflect() protoreflect.Message {
+	mi := &file_baton_v1_work_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopicLatency.ProtoReflect.Descriptor instead.
+func (*TopicLatency) Descriptor() ([]byte, []int) {
+	return file_baton_v1_work_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *TopicLatency) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *TopicLatency) GetP50() *durationpb.Duration {
+	if x != nil {
+		return x.P50
+	}
+	return nil
+}
+
+func (x *TopicLatency) GetP99() *durationpb.Duration {
+	if x != nil {
+		return x.P99
+	}
+	return nil
+}
+
+func (x *TopicLatency) GetSamples() int64 {
+	if x != nil {
+		return x.Samples
+	}
+	return 0
+}
+
 // CopyState is one partition's copy on a worker.
 type CopyState struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -133,7 +214,7 @@ type CopyState struct {
 
 func (x *CopyState) Reset() {
 	*x = CopyState{}
-	mi := &file_baton_v1_work_proto_msgTypes[1]
+	mi := &file_baton_v1_work_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -145,7 +226,7 @@ func (x *CopyState) String() string {
 func (*CopyState) ProtoMessage() {}
 
 func (x *CopyState) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_v1_work_proto_msgTypes[1]
+	mi := &file_baton_v1_work_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -158,7 +239,7 @@ func (x *CopyState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyState.ProtoReflect.Descriptor instead.
 func (*CopyState) Descriptor() ([]byte, []int) {
-	return file_baton_v1_work_proto_rawDescGZIP(), []int{1}
+	return file_baton_v1_work_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *CopyState) GetTopic() string {
@@ -228,7 +309,7 @@ type StoppedTopic struct {
 
 func (x *StoppedTopic) Reset() {
 	*x = StoppedTopic{}
-	mi := &file_baton_v1_work_proto_msgTypes[2]
+	mi := &file_baton_v1_work_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -240,7 +321,7 @@ func (x *StoppedTopic) String() string {
 func (*StoppedTopic) ProtoMessage() {}
 
 func (x *StoppedTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_v1_work_proto_msgTypes[2]
+	mi := &file_baton_v1_work_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -253,7 +334,7 @@ func (x *StoppedTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoppedTopic.ProtoReflect.Descriptor instead.
 func (*StoppedTopic) Descriptor() ([]byte, []int) {
-	return file_baton_v1_work_proto_rawDescGZIP(), []int{2}
+	return file_baton_v1_work_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *StoppedTopic) GetTopic() string {
@@ -304,7 +385,7 @@ type PartitionLease struct {
 
 func (x *PartitionLease) Reset() {
 	*x = PartitionLease{}
-	mi := &file_baton_v1_work_proto_msgTypes[3]
+	mi := &file_baton_v1_work_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -316,7 +397,7 @@ func (x *PartitionLease) String() string {
 func (*PartitionLease) ProtoMessage() {}
 
 func (x *PartitionLease) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_v1_work_proto_msgTypes[3]
+	mi := &file_baton_v1_work_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -329,7 +410,7 @@ func (x *PartitionLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLease.ProtoReflect.Descriptor instead.
 func (*PartitionLease) Descriptor() ([]byte, []int) {
-	return file_baton_v1_work_proto_rawDescGZIP(), []int{3}
+	return file_baton_v1_work_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *PartitionLease) GetTopic() string {
@@ -364,7 +445,7 @@ type StopTopic struct {
 
 func (x *StopTopic) Reset() {
 	*x = StopTopic{}
-	mi := &file_baton_v1_work_proto_msgTypes[4]
+	mi := &file_baton_v1_work_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -376,7 +457,7 @@ func (x *StopTopic) String() string {
 func (*StopTopic) ProtoMessage() {}
 
 func (x *StopTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_v1_work_proto_msgTypes[4]
+	mi := &file_baton_v1_work_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -389,7 +470,7 @@ func (x *StopTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopTopic.ProtoReflect.Descriptor instead.
 func (*StopTopic) Descriptor() ([]byte, []int) {
-	return file_baton_v1_work_proto_rawDescGZIP(), []int{4}
+	return file_baton_v1_work_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *StopTopic) GetTopic() string {
@@ -426,7 +507,7 @@ type WorkResponse struct {
 
 func (x *WorkResponse) Reset() {
 	*x = WorkResponse{}
-	mi := &file_baton_v1_work_proto_msgTypes[5]
+	mi := &file_baton_v1_work_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -438,7 +519,7 @@ func (x *WorkResponse) String() string {
 func (*WorkResponse) ProtoMessage() {}
 
 func (x *WorkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_v1_work_proto_msgTypes[5]
+	mi := &file_baton_v1_work_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -451,7 +532,7 @@ func (x *WorkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkResponse.ProtoReflect.Descriptor instead.
 func (*WorkResponse) Descriptor() ([]byte, []int) {
-	return file_baton_v1_work_proto_rawDescGZIP(), []int{5}
+	return file_baton_v1_work_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *WorkResponse) GetLeases() []*PartitionLease {
@@ -493,7 +574,7 @@ var File_baton_v1_work_proto protoreflect.FileDescriptor
 
 const file_baton_v1_work_proto_rawDesc = "" +
 	"\n" +
-	"\x13baton/v1/work.proto\x12\bbaton.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18baton/v1/resources.proto\"\xe4\x01\n" +
+	"\x13baton/v1/work.proto\x12\bbaton.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18baton/v1/resources.proto\"\x96\x02\n" +
 	"\vWorkRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x123\n" +
@@ -501,7 +582,13 @@ const file_baton_v1_work_proto_rawDesc = "" +
 	"\n" +
 	"partitions\x18\x04 \x03(\v2\x13.baton.v1.CopyStateR\n" +
 	"partitions\x120\n" +
-	"\astopped\x18\x05 \x03(\v2\x16.baton.v1.StoppedTopicR\astopped\"\xdb\x01\n" +
+	"\astopped\x18\x05 \x03(\v2\x16.baton.v1.StoppedTopicR\astopped\x120\n" +
+	"\alatency\x18\x06 \x03(\v2\x16.baton.v1.TopicLatencyR\alatency\"\x98\x01\n" +
+	"\fTopicLatency\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12+\n" +
+	"\x03p50\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03p50\x12+\n" +
+	"\x03p99\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03p99\x12\x18\n" +
+	"\asamples\x18\x04 \x01(\x03R\asamples\"\xdb\x01\n" +
 	"\tCopyState\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x12\n" +
@@ -547,37 +634,41 @@ func file_baton_v1_work_proto_rawDescGZIP() []byte {
 	return file_baton_v1_work_proto_rawDescData
 }
 
-var file_baton_v1_work_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_baton_v1_work_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_baton_v1_work_proto_goTypes = []any{
 	(*WorkRequest)(nil),           // 0: baton.v1.WorkRequest
-	(*CopyState)(nil),             // 1: baton.v1.CopyState
-	(*StoppedTopic)(nil),          // 2: baton.v1.StoppedTopic
-	(*PartitionLease)(nil),        // 3: baton.v1.PartitionLease
-	(*StopTopic)(nil),             // 4: baton.v1.StopTopic
-	(*WorkResponse)(nil),          // 5: baton.v1.WorkResponse
-	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 7: google.protobuf.Duration
-	(*SourceBatch)(nil),           // 8: baton.v1.SourceBatch
+	(*TopicLatency)(nil),          // 1: baton.v1.TopicLatency
+	(*CopyState)(nil),             // 2: baton.v1.CopyState
+	(*StoppedTopic)(nil),          // 3: baton.v1.StoppedTopic
+	(*PartitionLease)(nil),        // 4: baton.v1.PartitionLease
+	(*StopTopic)(nil),             // 5: baton.v1.StopTopic
+	(*WorkResponse)(nil),          // 6: baton.v1.WorkResponse
+	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 8: google.protobuf.Duration
+	(*SourceBatch)(nil),           // 9: baton.v1.SourceBatch
 }
 var file_baton_v1_work_proto_depIdxs = []int32{
-	6,  // 0: baton.v1.WorkRequest.sent_at:type_name -> google.protobuf.Timestamp
-	1,  // 1: baton.v1.WorkRequest.partitions:type_name -> baton.v1.CopyState
-	2,  // 2: baton.v1.WorkRequest.stopped:type_name -> baton.v1.StoppedTopic
-	7,  // 3: baton.v1.CopyState.lag:type_name -> google.protobuf.Duration
-	1,  // 4: baton.v1.StoppedTopic.partitions:type_name -> baton.v1.CopyState
-	8,  // 5: baton.v1.StoppedTopic.recent:type_name -> baton.v1.SourceBatch
-	3,  // 6: baton.v1.WorkResponse.leases:type_name -> baton.v1.PartitionLease
-	7,  // 7: baton.v1.WorkResponse.lease:type_name -> google.protobuf.Duration
-	7,  // 8: baton.v1.WorkResponse.flight:type_name -> google.protobuf.Duration
-	4,  // 9: baton.v1.WorkResponse.stop:type_name -> baton.v1.StopTopic
-	6,  // 10: baton.v1.WorkResponse.server_time:type_name -> google.protobuf.Timestamp
-	0,  // 11: baton.v1.Replication.Work:input_type -> baton.v1.WorkRequest
-	5,  // 12: baton.v1.Replication.Work:output_type -> baton.v1.WorkResponse
-	12, // [12:13] is the sub-list for method output_type
-	11, // [11:12] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	7,  // 0: baton.v1.WorkRequest.sent_at:type_name -> google.protobuf.Timestamp
+	2,  // 1: baton.v1.WorkRequest.partitions:type_name -> baton.v1.CopyState
+	3,  // 2: baton.v1.WorkRequest.stopped:type_name -> baton.v1.StoppedTopic
+	1,  // 3: baton.v1.WorkRequest.latency:type_name -> baton.v1.TopicLatency
+	8,  // 4: baton.v1.TopicLatency.p50:type_name -> google.protobuf.Duration
+	8,  // 5: baton.v1.TopicLatency.p99:type_name -> google.protobuf.Duration
+	8,  // 6: baton.v1.CopyState.lag:type_name -> google.protobuf.Duration
+	2,  // 7: baton.v1.StoppedTopic.partitions:type_name -> baton.v1.CopyState
+	9,  // 8: baton.v1.StoppedTopic.recent:type_name -> baton.v1.SourceBatch
+	4,  // 9: baton.v1.WorkResponse.leases:type_name -> baton.v1.PartitionLease
+	8,  // 10: baton.v1.WorkResponse.lease:type_name -> google.protobuf.Duration
+	8,  // 11: baton.v1.WorkResponse.flight:type_name -> google.protobuf.Duration
+	5,  // 12: baton.v1.WorkResponse.stop:type_name -> baton.v1.StopTopic
+	7,  // 13: baton.v1.WorkResponse.server_time:type_name -> google.protobuf.Timestamp
+	0,  // 14: baton.v1.Replication.Work:input_type -> baton.v1.WorkRequest
+	6,  // 15: baton.v1.Replication.Work:output_type -> baton.v1.WorkResponse
+	15, // [15:16] is the sub-list for method output_type
+	14, // [14:15] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_baton_v1_work_proto_init() }
@@ -592,7 +683,7 @@ func file_baton_v1_work_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_baton_v1_work_proto_rawDesc), len(file_baton_v1_work_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
