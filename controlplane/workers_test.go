@@ -11,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
@@ -327,5 +328,64 @@ func TestWorkerPoolLagNeedsEveryPartitionReported(t *testing.T) {
 	}
 	if lag, err := p.Lag("t"); err != nil {
 		t.Fatalf("Lag with both reported: %v, %v", lag, err)
+	}
+}
+
+// TestWorkerPoolLatency: the destination latency of a topic several workers
+// copy is their p50s weighted by samples and the largest p99; a worker
+// gone takes its report with it.
+func TestWorkerPoolLatency(t *testing.T) {
+	t.Parallel()
+	p, clock := testPool(t, 2, false)
+	report := func(id string, p50, p99 time.Duration, n int64) {
+		t.Helper()
+		if _, err := p.Work(context.Background(), &batonv1.WorkRequest{NodeId: id, Incarnation: 1,
+			Latency: []*batonv1.TopicLatency{{Topic: "t", P50: durationpb.New(p50), P99: durationpb.New(p99), Samples: n}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok := p.DestinationLatency("t"); ok {
+		t.Fatal("a latency before any report")
+	}
+	report("w1", 10*time.Millisecond, 40*time.Millisecond, 300)
+	report("w2", 20*time.Millisecond, 30*time.Millisecond, 100)
+	l, ok := p.DestinationLatency("t")
+	if !ok || l.P50 != 12500*time.Microsecond || l.P99 != 40*time.Millisecond || l.Samples != 400 {
+		t.Fatalf("merged: %+v, %v; want p50 12.5ms, p99 40ms, 400 samples", l, ok)
+	}
+	clock.add(p.lease + p.flight)
+	report("w2", 20*time.Millisecond, 30*time.Millisecond, 100) // w1 is gone
+	if l, _ := p.DestinationLatency("t"); l.P50 != 20*time.Millisecond || l.Samples != 100 {
+		t.Fatalf("after w1's lease ran out: %+v, want w2's alone", l)
+	}
+}
+
+// TestWorkerPoolDivergedOutlivesStop: a divergence a worker reported stays
+// with the topic after Stop and Start, as the replicator's does.
+func TestWorkerPoolDivergedOutlivesStop(t *testing.T) {
+	t.Parallel()
+	p, _ := testPool(t, 1, false)
+	work(t, p, "w1", nil)
+	if _, err := p.Work(context.Background(), &batonv1.WorkRequest{NodeId: "w1", Incarnation: 1, Partitions: []*batonv1.CopyState{
+		{Topic: "t", Partition: 0, Next: 5, Diverged: "batch landed at 7, expected 5"}}}); err != nil {
+		t.Fatal(err)
+	}
+	res := make(chan error, 1)
+	go func() { _, _, err := p.Stop(context.Background(), "t"); res <- err }()
+	var id uint64
+	for id == 0 {
+		for _, s := range work(t, p, "w1", []int32{0}).GetStop() {
+			id = s.GetStopId()
+		}
+	}
+	work(t, p, "w1", nil, &batonv1.StoppedTopic{Topic: "t", StopId: id, Partitions: []*batonv1.CopyState{{Topic: "t", Partition: 0, Next: 5}}})
+	if err := <-res; err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start("t"); err != nil {
+		t.Fatal(err)
+	}
+	if d := p.Diverged("t"); d[0] == "" {
+		t.Fatalf("Diverged after Stop and Start: %v, want partition 0's", d)
 	}
 }
