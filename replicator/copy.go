@@ -295,7 +295,9 @@ func (r *Replicator) resyncMap(ctx context.Context, p *partState) error {
 	} else {
 		delete(r.maps[p.topic], p.p)
 	}
-	p.resync = false
+	// The recent batches too are read back from the source (seedRecent):
+	// the other worker copied some since.
+	p.resync, p.seeded, p.recent = false, false, recentBatches{}
 	return nil
 }
 

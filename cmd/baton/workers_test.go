@@ -145,8 +145,12 @@ func TestReplicatorWorkers(t *testing.T) {
 	t.Logf("baton workers:\n%s", out)
 	t.Logf("w1 killed mid-copy (%d records acked by then): its partitions were leased to w2 %v later (lease %v, flight %v)",
 		nAcked(), moved.Round(time.Millisecond), migration.DefaultLease, migration.DefaultForwardDeadline)
-	if bound := 2 * (migration.DefaultLease + migration.DefaultForwardDeadline); moved > bound {
-		t.Errorf("w1's partitions moved %v after its kill, over twice lease + flight (%v)", moved, bound)
+	// The protocol's bound is lease + flight + one renewal (lease/3) after
+	// w1's last renewal; three times lease + flight leaves a loaded
+	// machine's scheduling out of it and still catches a pool that waits
+	// for something else.
+	if bound := 3 * (migration.DefaultLease + migration.DefaultForwardDeadline); moved > bound {
+		t.Errorf("w1's partitions moved %v after its kill, over three times lease + flight (%v)", moved, bound)
 	}
 
 	startWorker("w3")
