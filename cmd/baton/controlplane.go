@@ -80,6 +80,9 @@ allowed to alter and describe ACLs.`,
 			if err != nil {
 				return err
 			}
+			if replication != "in-process" && replication != "workers" {
+				return fmt.Errorf("--replication: %q is neither in-process nor workers", replication)
+			}
 			if bypassWatch < 0 {
 				return fmt.Errorf("--bypass-watch: %v is negative (0 turns the watch off)", bypassWatch)
 			}
@@ -158,9 +161,6 @@ allowed to alter and describe ACLs.`,
 					replicator.SourceClientOpts(sopts...), replicator.DestinationClientOpts(dopts...)); err != nil {
 					return err
 				}
-			case "workers":
-			default:
-				return fmt.Errorf("--replication: %q is neither in-process nor workers", replication)
 			}
 			dcl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(splitList(destination)...)}, dopts...)...)
 			if err != nil {

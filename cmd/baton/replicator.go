@@ -13,14 +13,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/replicator"
 	"github.com/baton-kafka/baton/replicator/worker"
-	"github.com/baton-kafka/baton/xds"
 )
 
 func newReplicatorCmd() *cobra.Command {
@@ -70,18 +66,9 @@ See docs/replicator.md.`,
 					}
 					workerID = fmt.Sprintf("%s/%d", host, os.Getpid())
 				}
-				creds := insecure.NewCredentials()
-				cfg, err := cpTLS.tlsConfig()
+				conn, err := dialControlPlane(controlPlane, &cpTLS)
 				if err != nil {
 					return err
-				}
-				if cfg != nil {
-					creds = credentials.NewTLS(cfg)
-				}
-				target, ropts := xds.ReplicasTarget(splitList(controlPlane))
-				conn, err := grpc.NewClient(target, append(ropts, grpc.WithTransportCredentials(creds))...)
-				if err != nil {
-					return fmt.Errorf("--control-plane %s: %w", controlPlane, err)
 				}
 				defer conn.Close()
 				if w, err = worker.New(workerID, batonv1.NewReplicationClient(conn), log); err != nil {

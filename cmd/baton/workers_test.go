@@ -214,3 +214,24 @@ func TestReplicatorWorkers(t *testing.T) {
 	t.Logf("%d records acked by the source, leases: %v", len(all), leased())
 	checkOnDestination(t, ctx, dst.Addrs(), all)
 }
+
+// TestReplicationFlags: the replicator worker's and the control plane's
+// replication flags refuse what does not fit, naming the flag.
+func TestReplicationFlags(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"replicator", "--source", "127.0.0.1:1", "--destination", "127.0.0.1:2", "--control-plane", "127.0.0.1:3", "--topics", "t"}, "--topics and --migrating exclude --control-plane"},
+		{[]string{"replicator", "--source", "127.0.0.1:1", "--destination", "127.0.0.1:2", "--control-plane", "127.0.0.1:3", "--migrating", "t"}, "--topics and --migrating exclude --control-plane"},
+		{[]string{"replicator", "--source", "127.0.0.1:1", "--destination", "127.0.0.1:2"}, "--topics: at least one topic is required (or --control-plane"},
+		{[]string{"replicator", "--source", "127.0.0.1:1", "--destination", "127.0.0.1:2", "--control-plane", "127.0.0.1"}, "--control-plane"},
+		{[]string{"controlplane", "--source", "127.0.0.1:1", "--destination", "127.0.0.1:2", "--replication", "remote", "--data-dir", t.TempDir(), "--write-guard", "none", "--source-fence", "none"}, `--replication: "remote" is neither in-process nor workers`},
+	} {
+		_, err := runCLI(tc.args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("baton %s: %v, want an error with %q", strings.Join(tc.args, " "), err, tc.want)
+		}
+	}
+}
