@@ -518,6 +518,26 @@ func (p *WorkerPool) Work(_ context.Context, req *batonv1.WorkRequest) (*batonv1
 		}
 		p.noteLocked(pp, cs)
 	}
+	if now.Before(p.quiet) {
+		// What a new leader keeps for a worker it keeps only while the
+		// worker claims it: a claim delivered late (its sender gave up on
+		// the answer) must not hold a partition the old leader gave
+		// another worker since. Dropped, it waits for the quiet's end.
+		claimed := map[string]map[int32]bool{}
+		for _, cs := range req.GetPartitions() {
+			if claimed[cs.GetTopic()] == nil {
+				claimed[cs.GetTopic()] = map[int32]bool{}
+			}
+			claimed[cs.GetTopic()][cs.GetPartition()] = true
+		}
+		for _, t := range p.topics {
+			for i, pp := range t.parts {
+				if pp.holder == id && !claimed[t.name][i] && t.stop == nil {
+					pp.holder, pp.until = "", maxTime(pp.until, p.quiet)
+				}
+			}
+		}
+	}
 	for _, s := range req.GetStopped() {
 		p.stoppedLocked(id, s)
 	}
@@ -564,7 +584,9 @@ func (p *WorkerPool) stoppedLocked(id string, s *batonv1.StoppedTopic) {
 			continue
 		}
 		cs, ok := got[i]
-		if !ok {
+		if !ok || cs.GetNext() < 0 {
+			// Not answered, or not set up again since it came back to
+			// the worker: where its copy stands is not known.
 			missing = append(missing, fmt.Sprint(i))
 			continue
 		}
@@ -580,7 +602,7 @@ func (p *WorkerPool) stoppedLocked(id string, s *batonv1.StoppedTopic) {
 		}
 	}
 	if len(missing) > 0 {
-		p.endStopLocked(t, st, fmt.Errorf("controlplane: stopping %s: worker %s did not say where partitions %s stopped (its lease lapsed); the copy goes on",
+		p.endStopLocked(t, st, fmt.Errorf("controlplane: stopping %s: worker %s did not say where partitions %s stopped (its lease lapsed, or it had not set them up again since they came back to it); the copy goes on",
 			t.name, id, strings.Join(missing, ", ")))
 		return
 	}

@@ -579,7 +579,7 @@ func (r *Replicator) skip(p *partState, b batch, reason string) {
 // segment is recorded first, all of the batch's segments acknowledged by
 // D before the batch is sent.
 func (r *Replicator) copyBatch(ctx context.Context, p *partState, b batch, raw []byte, runs []srcRun) error {
-	until, ok := r.mayWrite(p.topic, p.p)
+	until, ok := r.mayWritePart(p)
 	if !ok {
 		return fmt.Errorf("%w: %s/%d: batch at source offset %d not copied", ErrLeaseLost, p.topic, p.p, b.baseOffset)
 	}
@@ -661,8 +661,15 @@ func segmentsFor(topic string, p int32, dstEnd, delta int64, runs []srcRun) ([]S
 // writeMap writes offset map records (segments, or tombstones withdrawing
 // them) to D in order, acknowledged by all replicas.
 func (r *Replicator) writeMap(ctx context.Context, recs []*kgo.Record) error {
+	// Not abandoned when ctx is cancelled (a shutdown), but not retried
+	// past its deadline either (a worker's lease: copyBatch).
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.requestTimeout)
 	defer cancel()
+	if d, ok := ctx.Deadline(); ok {
+		var cancelD context.CancelFunc
+		wctx, cancelD = context.WithDeadline(wctx, d)
+		defer cancelD()
+	}
 	err := r.dst.ProduceSync(wctx, recs...).FirstErr()
 	if err != nil && isKafkaErr(err) && !kerr.IsRetriable(err) {
 		return fmt.Errorf("%w: offset map topic %s: %w", ErrDestinationRejected, r.cfg.mapTopic, err)
@@ -693,7 +700,7 @@ func (r *Replicator) produce(ctx context.Context, p *partState, raw []byte, srcB
 		// Every attempt, retries too, needs the partition's lease: after
 		// it another worker resumes from D's end, and a retry landing then
 		// would be written twice.
-		until, ok := r.mayWrite(p.topic, p.p)
+		until, ok := r.mayWritePart(p)
 		if !ok {
 			return 0, fmt.Errorf("%w: %s/%d: batch at source offset %d not sent", ErrLeaseLost, p.topic, p.p, srcBase)
 		}

@@ -1,6 +1,9 @@
 package replicator
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // PartitionLeases says which partitions a replicator that is one worker
 // among several may copy (docs/replicator.md, "Workers"). Its methods MUST
@@ -25,4 +28,41 @@ func (r *Replicator) mayWrite(topic string, p int32) (time.Time, bool) {
 		return time.Time{}, true
 	}
 	return r.cfg.leases.MayWrite(topic, p)
+}
+
+// mayWritePart is mayWrite for p, false once p's topic was forgotten
+// (Forget): a step still in flight on it must not write after the topic
+// came back to this worker as a new copy.
+func (r *Replicator) mayWritePart(p *partState) (time.Time, bool) {
+	r.mu.Lock()
+	gone := p.gone
+	r.mu.Unlock()
+	if gone {
+		return time.Time{}, false
+	}
+	return r.mayWrite(p.topic, p.p)
+}
+
+// Forget removes topic from the replicated set without a handoff: a
+// worker's topic none of whose partitions it holds any more (their
+// holders copy them, sync their groups and stop them at the cutover). A
+// step in flight on it writes nothing more. Start copies it again, afresh.
+func (r *Replicator) Forget(topic string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, ok := r.topics[topic]
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrUnknownTopic, topic)
+	}
+	for _, p := range t.parts {
+		p.gone = true
+	}
+	delete(r.topics, topic)
+	r.forgetLatency(topic)
+	r.configMu.Lock()
+	delete(r.lastSrcConfigs, topic)
+	r.configMu.Unlock()
+	r.metrics.forget(topic, t.parts)
+	r.notifyLocked()
+	return nil
 }

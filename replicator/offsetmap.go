@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -253,6 +255,11 @@ func loadMapTopic(ctx context.Context, seeds []string, mapTopic string, opts ...
 	ids := map[string][16]byte{}
 	result := func() mapTopicT { return mapTopicT{maps: out, handoffs: handoffs, sourceIDs: ids} }
 	end, ok := ends.Lookup(mapTopic, 0)
+	if ok && end.Err != nil && !errors.Is(end.Err, kerr.UnknownTopicOrPartition) {
+		// Not an empty map: read as one, a mapped partition would resume
+		// at the wrong source offset.
+		return mapTopicT{}, fmt.Errorf("offset map %s: end offset: %w", mapTopic, end.Err)
+	}
 	if !ok || end.Err != nil || end.Offset == 0 {
 		return result(), nil // missing topic or empty
 	}

@@ -230,6 +230,8 @@ type partState struct {
 	// since this one set it up, so its set-up reads its offset map
 	// segments from D again. Set at first and whenever its lease lapses.
 	resync bool
+	// gone: its topic was forgotten (Forget); nothing more is written.
+	gone bool
 
 	srcLeader, dstLeader int32
 }
@@ -664,6 +666,7 @@ func (r *Replicator) pick() (*partState, <-chan struct{}) {
 	wall := time.Now()
 	var cands []Candidate
 	byKey := map[Candidate]*partState{}
+	r.forgetUnleasedLocked()
 	for _, t := range r.topics {
 		if !t.ready || t.paused || t.stopping {
 			continue
@@ -673,10 +676,7 @@ func (r *Replicator) pick() (*partState, <-chan struct{}) {
 				continue
 			}
 			if _, ok := r.mayWrite(t.name, p.p); !ok {
-				// Another worker's, maybe, until it is this one's again:
-				// then it resumes from what D holds, not from here.
-				p.inited, p.resync = false, true
-				continue
+				continue // another worker's
 			}
 			if p.inited && p.lag.end() <= p.next {
 				continue // caught up as far as the samples show
@@ -700,6 +700,28 @@ func (r *Replicator) pick() (*partState, <-chan struct{}) {
 	p := byKey[order[0]]
 	p.busy = true
 	return p, nil
+}
+
+// forgetUnleasedLocked forgets, under Leases, where the copy of each
+// partition not leased now stands (of every topic, paused or not): it may
+// be another worker's until it is this one's again, and then it resumes
+// from what D holds, not from here. A partition with a step in flight is
+// left to the step, which stops at its next write (ErrLeaseLost). r.mu is
+// held.
+func (r *Replicator) forgetUnleasedLocked() {
+	if r.cfg.leases == nil {
+		return
+	}
+	for _, t := range r.topics {
+		for _, p := range t.parts {
+			if p.busy || (!p.inited && p.resync && p.next < 0) {
+				continue
+			}
+			if _, ok := r.mayWrite(t.name, p.p); !ok {
+				p.inited, p.resync, p.next, p.dstEnd = false, true, -1, -1
+			}
+		}
+	}
 }
 
 // sampler samples source end offsets of every topic, sets up topics not yet

@@ -341,7 +341,7 @@ func (fakeCopier) Start(string) {}
 func (fakeCopier) DestinationLatency(string) (replicator.Latency, bool) {
 	return replicator.Latency{}, false
 }
-func (fakeCopier) Pause(string) error               { return nil }
+func (fakeCopier) Forget(string) error              { return nil }
 func (fakeCopier) SetMigrating(string, bool) error  { return nil }
 func (fakeCopier) Status() []replicator.TopicStatus { return nil }
 func (fakeCopier) Stop(context.Context, string) (replicator.Stopped, error) {

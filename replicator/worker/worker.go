@@ -31,7 +31,7 @@ var (
 // replicator.Leases(the worker).
 type Copier interface {
 	Start(topic string)
-	Pause(topic string) error
+	Forget(topic string) error
 	SetMigrating(topic string, migrating bool) error
 	Stop(ctx context.Context, topic string) (replicator.Stopped, error)
 	Status() []replicator.TopicStatus
@@ -226,7 +226,7 @@ func (w *Worker) apply(ctx context.Context, sent time.Time, resp *batonv1.WorkRe
 
 	// The copier calls MayWrite under its own lock: it is called here
 	// only after w.mu is let go.
-	var start, pause []string
+	var start, forget []string
 	setMigrating := map[string]bool{}
 	var newStops []string
 	w.mu.Lock()
@@ -270,7 +270,7 @@ func (w *Worker) apply(ctx context.Context, sent time.Time, resp *batonv1.WorkRe
 	}
 	for topic := range w.started {
 		if !topics[topic] {
-			pause = append(pause, topic)
+			forget = append(forget, topic)
 			delete(w.started, topic)
 		}
 	}
@@ -290,10 +290,11 @@ func (w *Worker) apply(ctx context.Context, sent time.Time, resp *batonv1.WorkRe
 	for topic, m := range setMigrating {
 		_ = w.Copier.SetMigrating(topic, m) // started above, or earlier
 	}
-	// Its partitions are other workers' now: it is measured, not copied,
-	// until one comes back.
-	for _, topic := range pause {
-		_ = w.Copier.Pause(topic)
+	// Its partitions are other workers' now: their holders copy them, sync
+	// their groups and stop them at the cutover. One coming back starts
+	// the topic afresh.
+	for _, topic := range forget {
+		_ = w.Copier.Forget(topic)
 	}
 }
 

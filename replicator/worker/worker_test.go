@@ -34,7 +34,7 @@ func (c *copier) Start(topic string) {
 	defer c.mu.Unlock()
 	c.started = append(c.started, topic)
 }
-func (c *copier) Pause(string) error { return nil }
+func (c *copier) Forget(string) error { return nil }
 func (c *copier) SetMigrating(string, bool) error {
 	return nil
 }
