@@ -58,7 +58,7 @@ type Worker struct {
 	until     time.Time // the leases' end, this process's clock
 	flight    time.Duration
 	held      map[partition]bool
-	started   map[string]bool // topics started (and not paused) on the copier
+	started   map[string]bool // topics started (and not forgotten) on the copier
 	migrating map[string]bool
 	stops     map[string]*stop // by topic
 }
