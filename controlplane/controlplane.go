@@ -305,10 +305,14 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 // XDS returns the xDS server routes are published on.
 func (cp *ControlPlane) XDS() *xds.Server { return cp.cfg.xds }
 
-// Register serves ADS and the Lease service on g.
+// Register serves ADS and the Lease service on g, and the Replication
+// service when replication is by workers (WorkerPool).
 func (cp *ControlPlane) Register(g *grpc.Server) {
 	cp.cfg.xds.Register(g)
 	batonv1.RegisterLeaseServer(g, cp)
+	if w, ok := cp.cfg.repl.(batonv1.ReplicationServer); ok {
+		batonv1.RegisterReplicationServer(g, w)
+	}
 }
 
 // Run flushes agents' lease state to the store every lease/3 until ctx

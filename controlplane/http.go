@@ -27,6 +27,7 @@ import (
 //	POST   /v1/topics/{name}/shadow       switch shadow features {"actor","latencyEmulation","authCheck","authEnforce"}
 //	DELETE /v1/topics/{name}              stop managing
 //	GET    /v1/agents                     agents: lease and xDS state
+//	GET    /v1/workers                    replicator workers: partitions, lease, lag
 //	GET    /v1/events?topic=&after=&follow=1   the audit log (NDJSON when following)
 //	GET    /v1/findings?topic=&kind=      open findings agents report
 //
@@ -99,6 +100,7 @@ func (cp *ControlPlane) Handler() http.Handler {
 		reply(w, t, err)
 	})
 	mux.HandleFunc("GET /v1/agents", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, cp.Agents()) })
+	mux.HandleFunc("GET /v1/workers", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, cp.Workers()) })
 	mux.HandleFunc("GET /v1/events", func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		after, _ := strconv.ParseUint(q.Get("after"), 10, 64)
@@ -304,6 +306,12 @@ func (c *APIClient) Shadow(ctx context.Context, name string, ch ShadowChange, ac
 func (c *APIClient) Agents(ctx context.Context) ([]AgentView, error) {
 	var out []AgentView
 	return out, c.do(ctx, http.MethodGet, "/v1/agents", nil, &out)
+}
+
+// Workers returns how the control plane replicates and its workers.
+func (c *APIClient) Workers(ctx context.Context) (Workers, error) {
+	var out Workers
+	return out, c.do(ctx, http.MethodGet, "/v1/workers", nil, &out)
 }
 
 // Events returns the log, or with follow calls each until ctx ends.

@@ -179,19 +179,7 @@ func divergedText(topic string, d map[int32]string) string {
 
 // SourceEndOffsets implements Replication.
 func (a *ReplicatorAdapter) SourceEndOffsets(ctx context.Context, topic string) (map[int32]int64, error) {
-	l, err := a.Source.ListEndOffsets(ctx, topic)
-	if err != nil {
-		return nil, err
-	}
-	if err := l.Error(); err != nil {
-		return nil, err
-	}
-	out := map[int32]int64{}
-	l.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
-	if len(out) == 0 {
-		return nil, fmt.Errorf("controlplane: no partitions of %s on the source", topic)
-	}
-	return out, nil
+	return sourceEndOffsets(ctx, a.Source, topic)
 }
 
 // reached reports whether progress covers every end offset, and names the

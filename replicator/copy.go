@@ -113,7 +113,7 @@ func (r *Replicator) setupTopic(ctx context.Context, name string) error {
 	}
 	for i := range int32(n) {
 		if _, ok := t.parts[i]; !ok {
-			t.parts[i] = &partState{topic: name, p: i, srcLeader: -1, dstLeader: -1, next: -1, recent: recentBatches{}}
+			t.parts[i] = &partState{topic: name, p: i, srcLeader: -1, dstLeader: -1, next: -1, recent: recentBatches{}, resync: true}
 		}
 	}
 	t.ready = true
@@ -229,6 +229,9 @@ func (r *Replicator) initPartition(ctx context.Context, p *partState) error {
 	} else if end.Err != nil {
 		return fmt.Errorf("destination end offset: %w", end.Err)
 	}
+	if err := r.resyncMap(ctx, p); err != nil {
+		return err
+	}
 	if err := r.dropStaleSegments(ctx, p, end.Offset); err != nil {
 		return err
 	}
@@ -262,6 +265,39 @@ func (r *Replicator) initPartition(ctx context.Context, p *partState) error {
 	p.next, p.dstEnd, p.delta, p.prod, p.seq, p.inited = next, end.Offset, delta, prod, 0, true
 	r.metrics.mapped.WithLabelValues(p.topic, itoa(p.p)).Set(boolGauge(!m.Exact(p.p)))
 	r.log.Debug("partition resumes", "topic", p.topic, "partition", p.p, "source_next", next, "destination_end", end.Offset)
+	return nil
+}
+
+// resyncMap reads p's offset map segments from D again when p needs it
+// (resync): under Leases, other workers may have written them since this
+// one read the map.
+func (r *Replicator) resyncMap(ctx context.Context, p *partState) error {
+	r.mu.Lock()
+	need := r.cfg.leases != nil && p.resync
+	r.mu.Unlock()
+	if !need {
+		return nil
+	}
+	loaded, err := loadMapTopic(ctx, r.cfg.destination, r.cfg.mapTopic, r.cfg.dstOpts...)
+	if err != nil {
+		return fmt.Errorf("%s/%d: reading the offset map again after the lease was another's: %w", p.topic, p.p, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.maps == nil {
+		r.maps = map[string]OffsetMap{}
+	}
+	if r.maps[p.topic] == nil {
+		r.maps[p.topic] = OffsetMap{}
+	}
+	if segs := loaded.maps[p.topic][p.p]; len(segs) > 0 {
+		r.maps[p.topic][p.p] = segs
+	} else {
+		delete(r.maps[p.topic], p.p)
+	}
+	// The recent batches too are read back from the source (seedRecent):
+	// the other worker copied some since.
+	p.resync, p.seeded, p.recent = false, false, recentBatches{}
 	return nil
 }
 
@@ -543,6 +579,10 @@ func (r *Replicator) skip(p *partState, b batch, reason string) {
 // segment is recorded first, all of the batch's segments acknowledged by
 // D before the batch is sent.
 func (r *Replicator) copyBatch(ctx context.Context, p *partState, b batch, raw []byte, runs []srcRun) error {
+	until, ok := r.mayWritePart(p)
+	if !ok {
+		return fmt.Errorf("%w: %s/%d: batch at source offset %d not copied", ErrLeaseLost, p.topic, p.p, b.baseOffset)
+	}
 	segs, delta, n := segmentsFor(p.topic, p.p, p.dstEnd, p.delta, runs)
 	if len(segs) > 0 {
 		recs := make([]*kgo.Record, len(segs))
@@ -550,7 +590,15 @@ func (r *Replicator) copyBatch(ctx context.Context, p *partState, b batch, raw [
 			v, _ := json.Marshal(s)
 			recs[i] = &kgo.Record{Topic: r.cfg.mapTopic, Partition: 0, Key: s.key(), Value: v}
 		}
-		if err := r.writeMap(ctx, recs); err != nil {
+		mctx := ctx
+		if !until.IsZero() {
+			// Not retried past the lease: another worker writes the
+			// partition's segments after it.
+			var cancel context.CancelFunc
+			mctx, cancel = context.WithDeadline(ctx, until)
+			defer cancel()
+		}
+		if err := r.writeMap(mctx, recs); err != nil {
 			return fmt.Errorf("%s/%d: writing offset map segments: %w", p.topic, p.p, err)
 		}
 		r.mu.Lock()
@@ -613,8 +661,15 @@ func segmentsFor(topic string, p int32, dstEnd, delta int64, runs []srcRun) ([]S
 // writeMap writes offset map records (segments, or tombstones withdrawing
 // them) to D in order, acknowledged by all replicas.
 func (r *Replicator) writeMap(ctx context.Context, recs []*kgo.Record) error {
+	// Not abandoned when ctx is cancelled (a shutdown), but not retried
+	// past its deadline either (a worker's lease: copyBatch).
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.requestTimeout)
 	defer cancel()
+	if d, ok := ctx.Deadline(); ok {
+		var cancelD context.CancelFunc
+		wctx, cancelD = context.WithDeadline(wctx, d)
+		defer cancelD()
+	}
 	err := r.dst.ProduceSync(wctx, recs...).FirstErr()
 	if err != nil && isKafkaErr(err) && !kerr.IsRetriable(err) {
 		return fmt.Errorf("%w: offset map topic %s: %w", ErrDestinationRejected, r.cfg.mapTopic, err)
@@ -642,7 +697,19 @@ func (r *Replicator) produce(ctx context.Context, p *partState, raw []byte, srcB
 	pctx := context.WithoutCancel(ctx)
 	backoff := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		base, err := r.produceOnce(pctx, p, req)
+		// Every attempt, retries too, needs the partition's lease: after
+		// it another worker resumes from D's end, and a retry landing then
+		// would be written twice.
+		until, ok := r.mayWritePart(p)
+		if !ok {
+			return 0, fmt.Errorf("%w: %s/%d: batch at source offset %d not sent", ErrLeaseLost, p.topic, p.p, srcBase)
+		}
+		actx, cancel := pctx, context.CancelFunc(func() {})
+		if !until.IsZero() {
+			actx, cancel = context.WithDeadline(pctx, until)
+		}
+		base, err := r.produceOnce(actx, p, req)
+		cancel()
 		if err == nil {
 			return base, nil
 		}

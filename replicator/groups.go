@@ -236,6 +236,9 @@ func (r *Replicator) SyncGroups(ctx context.Context) (GroupSyncReport, error) {
 				}
 				pp = h
 			} else {
+				if _, ok := r.mayWrite(o.Topic, o.Partition); !ok {
+					return // another worker's partition: it syncs it
+				}
 				end, ok := ends.Lookup(o.Topic, o.Partition)
 				if !ok || end.Err != nil {
 					return // partition not on D yet

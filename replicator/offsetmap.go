@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -170,6 +172,42 @@ func (h Handoff) progress() map[int32]partProgress {
 
 func handoffKey(topic string) []byte { return []byte(handoffKeyPrefix + topic) }
 
+// partitionHandoffKey keys one partition's handoff, "handoff:<topic>:<p>",
+// written by replicator workers (Leases), each for its own partitions.
+func partitionHandoffKey(topic string, p int32) []byte {
+	return []byte(handoffKeyPrefix + topic + ":" + itoa(p))
+}
+
+// parseHandoffKey reads a handoff key's topic, and its partition for a
+// partition's (-1 for a whole topic's).
+func parseHandoffKey(key string) (string, int32) {
+	rest := strings.TrimPrefix(key, handoffKeyPrefix)
+	i := strings.LastIndexByte(rest, ':')
+	if i < 0 {
+		return rest, -1
+	}
+	p, err := strconv.ParseInt(rest[i+1:], 10, 32)
+	if err != nil || p < 0 {
+		return rest, -1
+	}
+	return rest[:i], int32(p)
+}
+
+// mergeHandoff puts a partition's handoff record into hs: a newer record
+// of a partition replaces the older one, the others stay.
+func mergeHandoff(hs map[string]Handoff, topic string, p HandoffPartition) {
+	h := hs[topic]
+	h.Topic = topic
+	parts := make([]HandoffPartition, 0, len(h.Partitions)+1)
+	for _, q := range h.Partitions {
+		if q.Partition != p.Partition {
+			parts = append(parts, q)
+		}
+	}
+	h.Partitions = append(parts, p)
+	hs[topic] = h
+}
+
 // LoadOffsetMaps reads every segment of the offset map topic mapTopic on the
 // cluster at seeds, by topic. A missing map topic is an empty map.
 // opts add client options (TLS, SASL).
@@ -217,6 +255,11 @@ func loadMapTopic(ctx context.Context, seeds []string, mapTopic string, opts ...
 	ids := map[string][16]byte{}
 	result := func() mapTopicT { return mapTopicT{maps: out, handoffs: handoffs, sourceIDs: ids} }
 	end, ok := ends.Lookup(mapTopic, 0)
+	if ok && end.Err != nil && !errors.Is(end.Err, kerr.UnknownTopicOrPartition) {
+		// Not an empty map: read as one, a mapped partition would resume
+		// at the wrong source offset.
+		return mapTopicT{}, fmt.Errorf("offset map %s: end offset: %w", mapTopic, end.Err)
+	}
 	if !ok || end.Err != nil || end.Offset == 0 {
 		return result(), nil // missing topic or empty
 	}
@@ -247,12 +290,16 @@ func loadMapTopic(ctx context.Context, seeds []string, mapTopic string, opts ...
 					}
 				}
 			case strings.HasPrefix(string(r.Key), handoffKeyPrefix):
-				topic := strings.TrimPrefix(string(r.Key), handoffKeyPrefix)
+				topic, part := parseHandoffKey(string(r.Key))
 				var h Handoff
-				if r.Value == nil {
+				switch {
+				case r.Value == nil && part < 0:
 					delete(handoffs, topic)
-				} else if json.Unmarshal(r.Value, &h) == nil && h.Topic == topic {
+				case r.Value == nil || json.Unmarshal(r.Value, &h) != nil || h.Topic != topic:
+				case part < 0:
 					handoffs[topic] = h
+				case len(h.Partitions) == 1 && h.Partitions[0].Partition == part:
+					mergeHandoff(handoffs, topic, h.Partitions[0])
 				}
 			case r.Value == nil:
 				// A tombstone withdraws a segment written for a batch that

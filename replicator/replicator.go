@@ -64,6 +64,10 @@ var (
 	ErrNotRunning = errors.New("replicator: not running")
 	// ErrGroupSync wraps the failures of one group offset sync.
 	ErrGroupSync = errors.New("replicator: group offset sync failed")
+	// ErrLeaseLost is reported for a partition whose lease (Leases) ended
+	// or was not long enough for one more write: another worker may copy
+	// it now, so this one writes nothing more to it.
+	ErrLeaseLost = errors.New("replicator: partition lease lost")
 )
 
 // Opt configures a Replicator.
@@ -90,6 +94,7 @@ type config struct {
 	log                 *slog.Logger
 	registry            prometheus.Registerer
 	srcOpts, dstOpts    []kgo.Opt
+	leases              PartitionLeases
 }
 
 // Source sets the source cluster's bootstrap brokers. Required.
@@ -221,6 +226,12 @@ type partState struct {
 	lost     int64 // source records deleted before they were copied
 	recent   recentBatches
 	seeded   bool // recent was read back from the source (seedRecent)
+	// resync: under Leases, the partition may have been another worker's
+	// since this one set it up, so its set-up reads its offset map
+	// segments from D again. Set at first and whenever its lease lapses.
+	resync bool
+	// gone: its topic was forgotten (Forget); nothing more is written.
+	gone bool
 
 	srcLeader, dstLeader int32
 }
@@ -421,11 +432,27 @@ func (r *Replicator) writeHandoff(ctx context.Context, h Handoff) error {
 	if !running {
 		return ErrNotRunning
 	}
-	v, err := json.Marshal(h)
-	if err != nil {
-		return err
+	if r.cfg.leases == nil {
+		v, err := json.Marshal(h)
+		if err != nil {
+			return err
+		}
+		return r.writeMap(ctx, []*kgo.Record{{Topic: r.cfg.mapTopic, Partition: 0, Key: handoffKey(h.Topic), Value: v}})
 	}
-	return r.writeMap(ctx, []*kgo.Record{{Topic: r.cfg.mapTopic, Partition: 0, Key: handoffKey(h.Topic), Value: v}})
+	// Workers stop one topic each for its own partitions: one record per
+	// partition, which loading merges, so none overwrites another's.
+	recs := make([]*kgo.Record, 0, len(h.Partitions))
+	for _, p := range h.Partitions {
+		v, err := json.Marshal(Handoff{Topic: h.Topic, Partitions: []HandoffPartition{p}})
+		if err != nil {
+			return err
+		}
+		recs = append(recs, &kgo.Record{Topic: r.cfg.mapTopic, Partition: 0, Key: partitionHandoffKey(h.Topic, p.Partition), Value: v})
+	}
+	if len(recs) == 0 {
+		return nil
+	}
+	return r.writeMap(ctx, recs)
 }
 
 // Start adds topic to the replicated set (a no-op if it is there, except
@@ -524,9 +551,23 @@ func (r *Replicator) Stop(ctx context.Context, topic string) (Stopped, error) {
 		r.mu.Lock()
 	}
 	st := r.topicStatusLocked(t)
+	if r.cfg.leases != nil {
+		// A worker answers for the partitions it holds; the others'
+		// state here is another worker's copy as it was when this one
+		// last held them.
+		held := st.Partitions[:0:0]
+		for _, p := range st.Partitions {
+			if _, ok := r.mayWrite(topic, p.Partition); ok {
+				held = append(held, p)
+			}
+		}
+		st.Partitions = held
+	}
 	recent := make([]recentBatches, 0, len(t.parts))
 	for _, p := range t.parts {
-		recent = append(recent, p.recent)
+		if _, ok := r.mayWrite(topic, p.p); ok {
+			recent = append(recent, p.recent)
+		}
 	}
 	out := Stopped{Partitions: st.Partitions}
 	var dropped int
@@ -543,7 +584,7 @@ func (r *Replicator) Stop(ctx context.Context, topic string) (Stopped, error) {
 	if r.handoffs == nil {
 		r.handoffs = map[string]map[int32]partProgress{}
 	}
-	r.handoffs[topic] = h.progress()
+	r.handoffs[topic] = h.progress() // a worker's: the group sync covers its own partitions
 	r.configMu.Lock()
 	delete(r.lastSrcConfigs, topic)
 	r.configMu.Unlock()
@@ -579,7 +620,13 @@ func (r *Replicator) worker(ctx context.Context) {
 		err := r.step(ctx, p)
 		r.mu.Lock()
 		p.busy = false
-		if err != nil && ctx.Err() == nil {
+		if errors.Is(err, ErrLeaseLost) {
+			// Not a failure of the copy: the partition waits for its
+			// lease, and resumes from D's state when it has it again.
+			p.resync = true
+			r.log.Debug("copy step ended: partition lease lost", "topic", p.topic, "partition", p.p, "err", err)
+			err = nil
+		} else if err != nil && ctx.Err() == nil {
 			p.failures++
 			backoff := min(r.cfg.maxBackoff, 100*time.Millisecond<<min(p.failures-1, 10))
 			p.retryAt = time.Now().Add(backoff)
@@ -619,6 +666,7 @@ func (r *Replicator) pick() (*partState, <-chan struct{}) {
 	wall := time.Now()
 	var cands []Candidate
 	byKey := map[Candidate]*partState{}
+	r.forgetUnleasedLocked()
 	for _, t := range r.topics {
 		if !t.ready || t.paused || t.stopping {
 			continue
@@ -626,6 +674,9 @@ func (r *Replicator) pick() (*partState, <-chan struct{}) {
 		for _, p := range t.parts {
 			if p.busy || wall.Before(p.retryAt) {
 				continue
+			}
+			if _, ok := r.mayWrite(t.name, p.p); !ok {
+				continue // another worker's
 			}
 			if p.inited && p.lag.end() <= p.next {
 				continue // caught up as far as the samples show
@@ -649,6 +700,28 @@ func (r *Replicator) pick() (*partState, <-chan struct{}) {
 	p := byKey[order[0]]
 	p.busy = true
 	return p, nil
+}
+
+// forgetUnleasedLocked forgets, under Leases, where the copy of each
+// partition not leased now stands (of every topic, paused or not): it may
+// be another worker's until it is this one's again, and then it resumes
+// from what D holds, not from here. A partition with a step in flight is
+// left to the step, which stops at its next write (ErrLeaseLost). r.mu is
+// held.
+func (r *Replicator) forgetUnleasedLocked() {
+	if r.cfg.leases == nil {
+		return
+	}
+	for _, t := range r.topics {
+		for _, p := range t.parts {
+			if p.busy || (!p.inited && p.resync && p.next < 0) {
+				continue
+			}
+			if _, ok := r.mayWrite(t.name, p.p); !ok {
+				p.inited, p.resync, p.next, p.dstEnd = false, true, -1, -1
+			}
+		}
+	}
 }
 
 // sampler samples source end offsets of every topic, sets up topics not yet

@@ -68,18 +68,9 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 						return fmt.Errorf("--node-id: none given and no hostname: %w", err)
 					}
 				}
-				creds := insecure.NewCredentials()
-				cfg, err := cpTLS.tlsConfig()
+				conn, err := dialControlPlane(controlPlane, &cpTLS)
 				if err != nil {
 					return err
-				}
-				if cfg != nil {
-					creds = credentials.NewTLS(cfg)
-				}
-				target, ropts := xds.ReplicasTarget(splitList(controlPlane))
-				conn, err := grpc.NewClient(target, append(ropts, grpc.WithTransportCredentials(creds))...)
-				if err != nil {
-					return fmt.Errorf("--control-plane %s: %w", controlPlane, err)
 				}
 				defer conn.Close()
 				cpOpts = append(cpOpts, agent.ControlPlane(conn, xds.NodeMeta(nodeID, namespace, workload)))
@@ -227,4 +218,25 @@ func parseWriteRanges(s string) (agent.WriteRangesMode, error) {
 		return agent.WriteRangesOff, nil
 	}
 	return 0, fmt.Errorf(`--write-ranges: want "auto", "on" or "off", got %q`, s)
+}
+
+// dialControlPlane connects to the control plane at addrs (one address,
+// every replica's comma-separated, or a DNS name resolving to each) with
+// the --control-plane-tls-* flags: an agent's and a replicator worker's
+// connection.
+func dialControlPlane(addrs string, tlsFlags *tlsFlags) (*grpc.ClientConn, error) {
+	creds := insecure.NewCredentials()
+	cfg, err := tlsFlags.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	if cfg != nil {
+		creds = credentials.NewTLS(cfg)
+	}
+	target, ropts := xds.ReplicasTarget(splitList(addrs))
+	conn, err := grpc.NewClient(target, append(ropts, grpc.WithTransportCredentials(creds))...)
+	if err != nil {
+		return nil, fmt.Errorf("--control-plane %s: %w", addrs, err)
+	}
+	return conn, nil
 }

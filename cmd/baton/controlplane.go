@@ -32,7 +32,7 @@ func newControlPlaneCmd() *cobra.Command {
 	var (
 		source, destination, grpcAddr, httpAddr, dataDir, endpoints, logLevel string
 		writeGuard, replPrincipal, apiTokensFile                              string
-		sourceFence                                                           string
+		sourceFence, replication                                              string
 		grpcCert, grpcKey, grpcClientCA, agentIdentities                      string
 		httpCert, httpKey, httpClientCA, apiIdentities                        string
 		apiInsecure                                                           bool
@@ -79,6 +79,9 @@ allowed to alter and describe ACLs.`,
 			log, err := newLogger(logLevel)
 			if err != nil {
 				return err
+			}
+			if replication != "in-process" && replication != "workers" {
+				return fmt.Errorf("--replication: %q is neither in-process nor workers", replication)
 			}
 			if bypassWatch < 0 {
 				return fmt.Errorf("--bypass-watch: %v is negative (0 turns the watch off)", bypassWatch)
@@ -150,11 +153,14 @@ allowed to alter and describe ACLs.`,
 			}
 			reg := prometheus.NewRegistry()
 			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-			r, err := replicator.New(replicator.Source(splitList(source)...), replicator.Registry(reg),
-				replicator.Destination(splitList(destination)...), replicator.Logger(log),
-				replicator.SourceClientOpts(sopts...), replicator.DestinationClientOpts(dopts...))
-			if err != nil {
-				return err
+			var r *replicator.Replicator
+			switch replication {
+			case "in-process":
+				if r, err = replicator.New(replicator.Source(splitList(source)...), replicator.Registry(reg),
+					replicator.Destination(splitList(destination)...), replicator.Logger(log),
+					replicator.SourceClientOpts(sopts...), replicator.DestinationClientOpts(dopts...)); err != nil {
+					return err
+				}
 			}
 			dcl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(splitList(destination)...)}, dopts...)...)
 			if err != nil {
@@ -190,9 +196,23 @@ allowed to alter and describe ACLs.`,
 				log.Info("source fence: none (the source has no authorizer, or --source-fence=none): agents forward to the " +
 					"source only under a lease, and a control plane out of reach stalls producers after one lease")
 			}
+			var repl controlplane.Replication
+			var runRepl func(context.Context)
+			if r != nil {
+				repl = &controlplane.ReplicatorAdapter{R: r, Source: kadm.NewClient(scl)}
+				runRepl = func(ctx context.Context) { _ = r.Run(ctx) }
+			} else {
+				pool, err := controlplane.NewWorkerPool(kadm.NewClient(scl), lease, forward, takeoverMargin(lead, leaderTTL), log)
+				if err != nil {
+					return err
+				}
+				repl, runRepl = pool, pool.Run
+				log.Warn("replication by workers (baton replicator --control-plane): bypass detection and the forgotten-producer " +
+					"gate read every batch the in-process replicator copies and are off; run --replication=in-process where they matter")
+			}
 			cp, err := controlplane.New(ctx, append([]controlplane.Opt{controlplane.WithStore(store), controlplane.Logger(log),
 				controlplane.WithGuard(guard), controlplane.WithSourceFence(fence),
-				controlplane.WithReplication(&controlplane.ReplicatorAdapter{R: r, Source: kadm.NewClient(scl)}),
+				controlplane.WithReplication(repl),
 				controlplane.APITokens(tokens), controlplane.APIIdentities(ids),
 				controlplane.LeaseDuration(lease), controlplane.ForwardDeadline(forward), controlplane.CutoverTimeout(timeout),
 				controlplane.BypassWatch(bypassWatch), controlplane.BypassGrace(bypassGrace),
@@ -238,7 +258,7 @@ allowed to alter and describe ACLs.`,
 			// election copies nothing more once it knows.
 			runCtx, stop := context.WithCancel(ctx)
 			defer stop()
-			go func() { _ = r.Run(runCtx) }()
+			go runRepl(runCtx)
 			if lead != nil {
 				if err := lead.Serving(ctx, gln.Addr().String(), api); err != nil {
 					log.Warn("recording this replica's addresses for `baton controlplane status`", "err", err)
@@ -276,6 +296,7 @@ allowed to alter and describe ACLs.`,
 	f.StringVar(&grpcAddr, "grpc", "127.0.0.1:18000", "address of xDS (ADS) and the Lease service")
 	f.StringVar(&httpAddr, "http", "127.0.0.1:18080", "address of the HTTP API")
 	f.StringVar(&dataDir, "data-dir", "baton-etcd", "embedded etcd data directory")
+	f.StringVar(&replication, "replication", "in-process", "who copies topics: in-process (this process's replicator) or workers (`baton replicator --control-plane` processes, which hold partition leases from this one)")
 	f.StringVar(&endpoints, "etcd-endpoints", "", "external etcd endpoints, comma-separated (instead of the embedded one); replicas on one etcd elect a leader")
 	f.StringVar(&replicaID, "replica-id", "", "this replica's name in the leader election and `baton controlplane status` (default: hostname/--grpc)")
 	f.DurationVar(&leaderTTL, "leader-ttl", controlplane.DefaultLeaderTTL, "etcd session of a replica: a dead leader is replaced after about this long (whole seconds)")

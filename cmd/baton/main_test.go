@@ -51,7 +51,8 @@ func startControlPlane(t *testing.T, args ...string) (api string, log *testlog.B
 	return api, log
 }
 
-// controlPlaneProc is a `baton controlplane` process of a test's.
+// controlPlaneProc is a `baton` process of a test's (a control plane's,
+// mostly).
 type controlPlaneProc struct {
 	log    *testlog.Buffer
 	exited <-chan struct{}
@@ -65,14 +66,21 @@ func (p *controlPlaneProc) kill() { _ = p.proc.Kill(); <-p.exited }
 // own, stopped with SIGTERM when the test ends (SIGKILL 20 s later).
 func runControlPlane(t *testing.T, args ...string) *controlPlaneProc {
 	t.Helper()
-	log := &testlog.Buffer{}
 	if !slices.Contains(args, "--source-fence") {
 		// The tests' kfake sources answer DescribeACLs but, without
 		// EnableACLs, enforce nothing: a fence there would be a promise
 		// nobody keeps.
 		args = append(args, "--source-fence", "none")
 	}
-	cmd := exec.Command(os.Args[0], append([]string{"controlplane"}, args...)...)
+	return runBaton(t, append([]string{"controlplane"}, args...)...)
+}
+
+// runBaton starts `baton args...` in a process of its own, stopped with
+// SIGTERM when the test ends (SIGKILL 20 s later).
+func runBaton(t *testing.T, args ...string) *controlPlaneProc {
+	t.Helper()
+	log := &testlog.Buffer{}
+	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), batonChildEnv+"=1")
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {

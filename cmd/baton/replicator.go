@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,12 +14,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
+	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/replicator"
+	"github.com/baton-kafka/baton/replicator/worker"
 )
 
 func newReplicatorCmd() *cobra.Command {
 	var (
 		source, destination, topics, migrating, admin, mapTopic, logLevel string
+		controlPlane, workerID                                            string
+		cpTLS                                                             tlsFlags
 		workers                                                           int
 		fetchMax                                                          int32
 		sample, groupSync, configSync                                     time.Duration
@@ -34,7 +39,14 @@ groups reading them to the destination for groups idle there. The destination
 is the checkpoint: a restart resumes from what it holds. Metrics (baton_replicator_*) are served on
 --admin at /metrics. A partition whose batch the destination refuses (too
 large, not authorized) stops there, reports the error, and is retried with
-backoff until the destination accepts it. See docs/replicator.md.`,
+backoff until the destination accepts it.
+
+With --control-plane it is one worker among several: instead of --topics it
+copies the partitions the control plane leases it (the control plane runs
+with --replication=workers), renews those leases every lease/3, and stops
+writing a partition before its lease ends, so two workers never write one
+partition and a dead worker's partitions go to the others within its lease.
+See docs/replicator.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := newLogger(logLevel)
@@ -42,8 +54,28 @@ backoff until the destination accepts it. See docs/replicator.md.`,
 				return err
 			}
 			ts := splitList(topics)
-			if len(ts) == 0 {
-				return errors.New("--topics: at least one topic is required")
+			var w *worker.Worker
+			switch {
+			case controlPlane != "" && (len(ts) > 0 || migrating != ""):
+				return errors.New("--topics and --migrating exclude --control-plane: a worker copies what the control plane leases it")
+			case controlPlane != "":
+				if workerID == "" {
+					host, err := os.Hostname()
+					if err != nil {
+						return fmt.Errorf("--worker-id: none given and no hostname: %w", err)
+					}
+					workerID = fmt.Sprintf("%s/%d", host, os.Getpid())
+				}
+				conn, err := dialControlPlane(controlPlane, &cpTLS)
+				if err != nil {
+					return err
+				}
+				defer conn.Close()
+				if w, err = worker.New(workerID, batonv1.NewReplicationClient(conn), log); err != nil {
+					return err
+				}
+			case len(ts) == 0:
+				return errors.New("--topics: at least one topic is required (or --control-plane, to copy what it leases)")
 			}
 			srcOpts, err := srcSASL.opts()
 			if err != nil {
@@ -55,14 +87,18 @@ backoff until the destination accepts it. See docs/replicator.md.`,
 			}
 			reg := prometheus.NewRegistry()
 			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-			r, err := replicator.New(
+			ropts := []replicator.Opt{
 				replicator.Source(splitList(source)...), replicator.Destination(splitList(destination)...),
 				replicator.Topics(ts...), replicator.Workers(workers), replicator.FetchMaxBytes(fetchMax),
 				replicator.SampleInterval(sample), replicator.OffsetMapTopic(mapTopic),
 				replicator.GroupSyncInterval(groupSync), replicator.ConfigSyncInterval(configSync),
 				replicator.Logger(log), replicator.Registry(reg),
 				replicator.SourceClientOpts(srcOpts...), replicator.DestinationClientOpts(dstOpts...),
-			)
+			}
+			if w != nil {
+				ropts = append(ropts, replicator.Leases(w))
+			}
+			r, err := replicator.New(ropts...)
 			if err != nil {
 				return err
 			}
@@ -87,7 +123,18 @@ backoff until the destination accepts it. See docs/replicator.md.`,
 				}()
 				log.Info("admin endpoints", "metrics", "http://"+ln.Addr().String()+"/metrics")
 			}
-			return r.Run(cmd.Context())
+			if w == nil {
+				return r.Run(cmd.Context())
+			}
+			w.Copier = r
+			log.Info("replicator worker: copying the partitions the control plane leases", "worker", workerID, "control_plane", controlPlane)
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			errc := make(chan error, 1)
+			go func() { errc <- r.Run(ctx) }()
+			werr := w.Run(ctx)
+			cancel()
+			return errors.Join(werr, <-errc)
 		},
 	}
 	srcSASL.add(cmd.Flags(), "source")
@@ -95,7 +142,10 @@ backoff until the destination accepts it. See docs/replicator.md.`,
 	f := cmd.Flags()
 	f.StringVar(&source, "source", "", "source cluster bootstrap brokers, comma-separated (required)")
 	f.StringVar(&destination, "destination", "", "destination cluster bootstrap brokers, comma-separated (required)")
-	f.StringVar(&topics, "topics", "", "topics to replicate, comma-separated (required)")
+	f.StringVar(&topics, "topics", "", "topics to replicate, comma-separated (required without --control-plane)")
+	f.StringVar(&controlPlane, "control-plane", "", "control plane gRPC address, or every replica's, comma-separated: run as a worker copying the partitions it leases (instead of --topics)")
+	f.StringVar(&workerID, "worker-id", "", "with --control-plane: this worker's name, unique among running workers (default: hostname/pid)")
+	cpTLS.add(f, "control-plane", "the control plane")
 	f.StringVar(&migrating, "migrating", "", "topics to copy first (being cut over), comma-separated")
 	f.StringVar(&admin, "admin", "127.0.0.1:9405", "address of /metrics (empty: off)")
 	f.StringVar(&mapTopic, "offset-map-topic", replicator.DefaultOffsetMapTopic, "compacted topic on the destination holding offset maps")
@@ -105,10 +155,9 @@ backoff until the destination accepts it. See docs/replicator.md.`,
 	f.DurationVar(&groupSync, "group-sync-interval", replicator.DefaultGroupSyncInterval, "how often committed consumer-group offsets are copied to the destination (0: off)")
 	f.DurationVar(&configSync, "config-sync-interval", replicator.DefaultConfigSyncInterval, "how often source topic config changes are mirrored to the destination (0: off)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
-	markAddrs(f, addrDial, "source", "destination")
+	markAddrs(f, addrDial, "source", "destination", "control-plane")
 	markAddrs(f, addrListen, "admin")
 	_ = cmd.MarkFlagRequired("source")
 	_ = cmd.MarkFlagRequired("destination")
-	_ = cmd.MarkFlagRequired("topics")
 	return cmd
 }

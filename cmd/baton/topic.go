@@ -283,6 +283,47 @@ func newEventsCmd() *cobra.Command {
 	return cmd
 }
 
+func newWorkersCmd() *cobra.Command {
+	var output string
+	var api func() (*controlplane.APIClient, error)
+	cmd := &cobra.Command{
+		Use: "workers", Short: "List replicator workers (--replication=workers): partitions held, lease, lag, errors", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			cl, err := api()
+			if err != nil {
+				return err
+			}
+			ws, err := cl.Workers(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				return printJSON(cmd.OutOrStdout(), ws)
+			}
+			if ws.Replication != "workers" {
+				fmt.Fprintf(cmd.OutOrStdout(), "replication: %s (the control plane copies itself; no workers)\n", ws.Replication)
+				return nil
+			}
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "WORKER\tPARTITIONS\tLEASE UNTIL\tLAG\tERRORS")
+			for _, v := range ws.Workers {
+				errs := "-"
+				if len(v.Errors) > 0 {
+					errs = strings.Join(v.Errors, "; ")
+				}
+				fmt.Fprintf(w, "%s\t%d: %s\t%s\t%v\t%s\n", v.ID, len(v.Partitions), strings.Join(v.Partitions, ","),
+					fmtTime(v.LeaseUntil), v.Lag.Round(time.Millisecond), errs)
+			}
+			return w.Flush()
+		},
+	}
+	api = apiFlags(cmd, &output)
+	return cmd
+}
+
 func newAgentsCmd() *cobra.Command {
 	var output string
 	var api func() (*controlplane.APIClient, error)
