@@ -155,16 +155,7 @@ func TestWorkerPoolStopAnswerSentAgain(t *testing.T) {
 		_, recent, err := p.Stop(ctx, "t")
 		done <- result{len(recent), err}
 	}()
-	var stopID uint64
-	for stopID == 0 {
-		resp, err := p.Work(ctx, &batonv1.WorkRequest{NodeId: "w1", Incarnation: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, s := range resp.GetStop() {
-			stopID = s.GetStopId()
-		}
-	}
+	stopID := askedToStop(t, p, "w1", nil)
 	answer := func(id string) *batonv1.StoppedTopic {
 		part := held[id][0]
 		return &batonv1.StoppedTopic{Topic: "t", StopId: stopID,

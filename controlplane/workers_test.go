@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/test/embedded"
 )
 
@@ -81,6 +82,21 @@ func work(t *testing.T, p *WorkerPool, id string, report []int32, stopped ...*ba
 		t.Fatalf("Work(%s): %v", id, err)
 	}
 	return resp
+}
+
+// askedToStop waits until id's Work answer (reporting held) asks it to
+// stop "t", and returns the stop id.
+func askedToStop(t *testing.T, p *WorkerPool, id string, held []int32) uint64 {
+	t.Helper()
+	var stopID uint64
+	wait.For(t, 10*time.Second, id+" asked to stop", func() string {
+		for _, s := range work(t, p, id, held).GetStop() {
+			stopID = s.GetStopId()
+			return ""
+		}
+		return "not yet"
+	})
+	return stopID
 }
 
 func leasedTo(resp *batonv1.WorkResponse) []int32 {
@@ -197,19 +213,6 @@ func TestWorkerPoolStop(t *testing.T) {
 		}()
 		return out
 	}
-	// asked waits until id's Work answer asks it to stop "t", and returns
-	// the stop id.
-	asked := func(t *testing.T, p *WorkerPool, id string, held []int32) uint64 {
-		t.Helper()
-		for range 100 {
-			for _, s := range work(t, p, id, held).GetStop() {
-				return s.GetStopId()
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		t.Fatalf("%s was never asked to stop", id)
-		return 0
-	}
 	setup := func(t *testing.T) (*WorkerPool, *poolClock, []int32, []int32) {
 		p, clock := testPool(t, 4, false)
 		work(t, p, "w1", nil)
@@ -233,14 +236,14 @@ func TestWorkerPoolStop(t *testing.T) {
 		t.Parallel()
 		p, _, w1, w2 := setup(t)
 		res := stop(p, context.Background())
-		id := asked(t, p, "w1", w1)
+		id := askedToStop(t, p, "w1", w1)
 		work(t, p, "w1", nil, stopped(id, w1...))
 		select {
 		case r := <-res:
 			t.Fatalf("Stop returned %+v before w2 answered", r)
 		case <-time.After(50 * time.Millisecond):
 		}
-		work(t, p, "w2", w2, stopped(asked(t, p, "w2", w2), w2...))
+		work(t, p, "w2", w2, stopped(askedToStop(t, p, "w2", w2), w2...))
 		r := <-res
 		if r.err != nil || len(r.next) != 4 || r.n != 4 {
 			t.Fatalf("Stop: %+v", r)
@@ -258,7 +261,7 @@ func TestWorkerPoolStop(t *testing.T) {
 		t.Parallel()
 		p, _, w1, _ := setup(t)
 		res := stop(p, context.Background())
-		work(t, p, "w1", nil, stopped(asked(t, p, "w1", w1), w1[0]))
+		work(t, p, "w1", nil, stopped(askedToStop(t, p, "w1", w1), w1[0]))
 		if r := <-res; r.err == nil || !strings.Contains(r.err.Error(), "did not say where") {
 			t.Fatalf("Stop: %+v, want a failure naming the partition not answered", r)
 		}
@@ -270,7 +273,7 @@ func TestWorkerPoolStop(t *testing.T) {
 		t.Parallel()
 		p, clock, w1, w2 := setup(t)
 		res := stop(p, context.Background())
-		work(t, p, "w1", nil, stopped(asked(t, p, "w1", w1), w1...))
+		work(t, p, "w1", nil, stopped(askedToStop(t, p, "w1", w1), w1...))
 		clock.add(p.lease + p.flight) // w2 never answers
 		work(t, p, "w1", nil)
 		if r := <-res; r.err == nil || !strings.Contains(r.err.Error(), "ran out") {
@@ -282,7 +285,7 @@ func TestWorkerPoolStop(t *testing.T) {
 		p, _, w1, _ := setup(t)
 		ctx, cancel := context.WithCancel(context.Background())
 		res := stop(p, ctx)
-		asked(t, p, "w1", w1)
+		askedToStop(t, p, "w1", w1)
 		cancel()
 		if r := <-res; !errors.Is(r.err, context.Canceled) {
 			t.Fatalf("Stop: %+v, want context.Canceled", r)
@@ -372,12 +375,7 @@ func TestWorkerPoolDivergedOutlivesStop(t *testing.T) {
 	}
 	res := make(chan error, 1)
 	go func() { _, _, err := p.Stop(context.Background(), "t"); res <- err }()
-	var id uint64
-	for id == 0 {
-		for _, s := range work(t, p, "w1", []int32{0}).GetStop() {
-			id = s.GetStopId()
-		}
-	}
+	id := askedToStop(t, p, "w1", []int32{0})
 	work(t, p, "w1", nil, &batonv1.StoppedTopic{Topic: "t", StopId: id, Partitions: []*batonv1.CopyState{{Topic: "t", Partition: 0, Next: 5}}})
 	if err := <-res; err != nil {
 		t.Fatal(err)

@@ -2,18 +2,19 @@ package worker_test
 
 import (
 	"context"
+	"fmt"
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/controlplane"
 	"github.com/baton-kafka/baton/replicator/worker"
 	"github.com/baton-kafka/baton/test/embedded"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -85,34 +86,6 @@ func TestTopicGivenBackAndRegained(t *testing.T) {
 	}
 }
 
-func startNodeOpts(t *testing.T, id string, pool *controlplane.WorkerPool, src, dst []string, opts ...replicator.Opt) *node {
-	t.Helper()
-	l := &link{pool: pool}
-	w, err := worker.New(id, l, slog.Default())
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts = append([]replicator.Opt{replicator.Source(src...), replicator.Destination(dst...),
-		replicator.SampleInterval(50 * time.Millisecond), replicator.GroupSyncInterval(0), replicator.ConfigSyncInterval(0),
-		replicator.Leases(w)}, opts...)
-	r, err := replicator.New(opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Copier = r
-	ctx, cancel := context.WithCancel(context.Background())
-	n := &node{id: id, w: w, r: r, link: l, cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(n.done)
-		rdone := make(chan struct{})
-		go func() { defer close(rdone); _ = r.Run(ctx) }()
-		_ = w.Run(ctx)
-		<-rdone
-	}()
-	t.Cleanup(n.kill)
-	return n
-}
-
 func topicConfig(t *testing.T, adm *kadm.Client, topic, key string) string {
 	t.Helper()
 	rcs, err := adm.DescribeTopicConfigs(context.Background(), topic)
@@ -170,12 +143,12 @@ func TestGivenBackTopicLeftAfterCutover(t *testing.T) {
 		t.Fatal(err)
 	}
 	cs := replicator.ConfigSyncInterval(100 * time.Millisecond)
-	a := startNodeOpts(t, "a", e.pool, e.src, e.dst, cs)
+	a := startNode(t, "a", e.pool, e.src, e.dst, cs)
 	waitHolds(t, a, x, 0, true)
 	waitHolds(t, a, y, 0, true)
 	produce(t, e.src, x, 10, "first ")
 	e.waitDst(t, x, 0, 10)
-	b := startNodeOpts(t, "b", e.pool, e.src, e.dst, cs)
+	b := startNode(t, "b", e.pool, e.src, e.dst, cs)
 	waitHolds(t, b, x, 0, true)
 
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -185,117 +158,29 @@ func TestGivenBackTopicLeftAfterCutover(t *testing.T) {
 	}
 	// After the cutover an operator tunes D's copy, which producers now own.
 	setConfig(t, e.dadm, x, "retention.ms", "3600000")
-	time.Sleep(2 * time.Second)
 	var managed []string
-	for _, ts := range a.r.Status() {
-		managed = append(managed, ts.Topic)
-	}
+	wait.For(t, 30*time.Second, "no worker managing x after the cutover", func() string {
+		managed = managed[:0]
+		for _, n := range []*node{a, b} {
+			for _, ts := range n.r.Status() {
+				managed = append(managed, n.id+":"+ts.Topic)
+			}
+		}
+		if slices.Contains(managed, "a:"+x) || slices.Contains(managed, "b:"+x) {
+			return fmt.Sprintf("managed: %v", managed)
+		}
+		return ""
+	})
 	if got := topicConfig(t, e.dadm, x, "retention.ms"); got != "3600000" {
 		t.Errorf("after a successful Stop, D's retention.ms was reset to %s by a worker still managing %s (a manages %v)", got, x, managed)
 	}
 }
 
-// startEnvK is startEnv keeping the destination's kfake cluster.
-func startEnvK(t *testing.T, topic string, partitions int32) (*env, *embedded.Cluster) {
-	t.Helper()
-	var cs []*embedded.Cluster
-	for range 2 {
-		c, err := embedded.Start(embedded.Brokers(1), embedded.Partitions(int(partitions)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(c.Close)
-		cs = append(cs, c)
-	}
-	e := &env{src: cs[0].Addrs(), dst: cs[1].Addrs()}
-	scl, err := kgo.NewClient(kgo.SeedBrokers(e.src...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(scl.Close)
-	dcl, err := kgo.NewClient(kgo.SeedBrokers(e.dst...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(dcl.Close)
-	e.sadm, e.dadm = kadm.NewClient(scl), kadm.NewClient(dcl)
-	if _, err := e.sadm.CreateTopic(context.Background(), partitions, 1, nil, topic); err != nil {
-		t.Fatal(err)
-	}
-	if e.pool, err = controlplane.NewWorkerPool(e.sadm, revLease, revFlight, 0, slog.Default()); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.pool.Start(topic); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	go e.pool.Run(ctx)
-	return e, cs[1]
-}
-
-// failMapEnds makes the destination answer ListOffsets on the offset map
-// topic with OFFSET_NOT_AVAILABLE (a leader election on D) while on is set.
-func failMapEnds(c *embedded.Cluster, on *atomic.Bool) {
-	c.Kfake().ControlKey(int16(kmsg.ListOffsets), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		c.Kfake().KeepControl()
-		req := kreq.(*kmsg.ListOffsetsRequest)
-		if !on.Load() || len(req.Topics) != 1 || req.Topics[0].Topic != replicator.DefaultOffsetMapTopic {
-			return nil, nil, false
-		}
-		resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
-		for _, rt := range req.Topics {
-			st := kmsg.NewListOffsetsResponseTopic()
-			st.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewListOffsetsResponseTopicPartition()
-				sp.Partition = rp.Partition
-				sp.ErrorCode = kerr.OffsetNotAvailable.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
-	})
-}
-
-// TestTakeoverMapReadError: a failed read of the offset map topic's end
-// offset (a transient partition error) during a takeover is an error to
-// retry, not an empty map: a mapped partition resumes at the right source
-// offset and nothing is copied twice.
-func TestTakeoverMapReadError(t *testing.T) {
-	t.Parallel()
-	const topic = "txn"
-	e, dc := startEnvK(t, topic, 1)
-	var failing atomic.Bool
-	failMapEnds(dc, &failing)
-	a := startNode(t, "a", e.pool, e.src, e.dst)
-	waitHolds(t, a, topic, 0, true)
-	b := startNode(t, "b", e.pool, e.src, e.dst)
-	produceTxns(t, e.src, topic, 3, 10)
-	e.waitDst(t, topic, 0, 30)
-	e.settle(t, topic, 0)
-
-	failing.Store(true) // D's map topic leader moves while b takes over
-	a.kill()
-	waitHolds(t, b, topic, 0, true)
-	time.Sleep(2 * time.Second)
-	failing.Store(false)
-	produce(t, e.src, topic, 5, "plain ")
-	got := e.settle(t, topic, 0)
-	rep, err := replicator.Verify(context.Background(), e.src, e.dst, topic, replicator.DefaultOffsetMapTopic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got != 35 || len(rep.Mismatches) > 0 {
-		t.Errorf("destination holds %d records, want the 35 committed on the source; verify: %d mismatches (first: %v); b diverged: %q",
-			got, len(rep.Mismatches), first(rep.Mismatches), diverged(b, topic))
-	}
-}
-
-// failEnds makes the destination answer ListOffsets on topic with
-// OFFSET_NOT_AVAILABLE while on is set.
-func failEnds(c *embedded.Cluster, topic string, on *atomic.Bool) {
+// failListOffsets makes the destination answer ListOffsets on topic with
+// OFFSET_NOT_AVAILABLE (a leader election on D) while on is set, and
+// counts the requests it answered so.
+func failListOffsets(c *embedded.Cluster, topic string, on *atomic.Bool) *atomic.Int64 {
+	var refused atomic.Int64
 	c.Kfake().ControlKey(int16(kmsg.ListOffsets), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		c.Kfake().KeepControl()
 		req := kreq.(*kmsg.ListOffsetsRequest)
@@ -314,8 +199,49 @@ func failEnds(c *embedded.Cluster, topic string, on *atomic.Bool) {
 			}
 			resp.Topics = append(resp.Topics, st)
 		}
+		refused.Add(1)
 		return resp, nil, true
 	})
+	return &refused
+}
+
+// TestTakeoverMapReadError: a failed read of the offset map topic's end
+// offset (a transient partition error) during a takeover is an error to
+// retry, not an empty map: a mapped partition resumes at the right source
+// offset and nothing is copied twice.
+func TestTakeoverMapReadError(t *testing.T) {
+	t.Parallel()
+	const topic = "txn"
+	e := startEnv(t, topic, 1)
+	var failing atomic.Bool
+	refused := failListOffsets(e.dstCluster, replicator.DefaultOffsetMapTopic, &failing)
+	a := startNode(t, "a", e.pool, e.src, e.dst)
+	waitHolds(t, a, topic, 0, true)
+	b := startNode(t, "b", e.pool, e.src, e.dst)
+	produceTxns(t, e.src, topic, 3, 10)
+	e.waitDst(t, topic, 0, 30)
+	e.settle(t, topic, 0)
+
+	failing.Store(true) // D's map topic leader moves while b takes over
+	a.kill()
+	waitHolds(t, b, topic, 0, true)
+	wait.For(t, 30*time.Second, "b's set-up to read the offset map while it fails", func() string {
+		if n := refused.Load(); n < 2 {
+			return fmt.Sprintf("%d reads refused", n)
+		}
+		return ""
+	})
+	failing.Store(false)
+	produce(t, e.src, topic, 5, "plain ")
+	got := e.settle(t, topic, 0)
+	rep, err := replicator.Verify(context.Background(), e.src, e.dst, topic, replicator.DefaultOffsetMapTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != 35 || len(rep.Mismatches) > 0 {
+		t.Errorf("destination holds %d records, want the 35 committed on the source; verify: %d mismatches (first: %v); b diverged: %q",
+			got, len(rep.Mismatches), first(rep.Mismatches), diverged(b, topic))
+	}
 }
 
 // TestStopRefusesARegainedPartitionNotSetUp: a worker that regained a
@@ -325,9 +251,9 @@ func failEnds(c *embedded.Cluster, topic string, on *atomic.Bool) {
 func TestStopRefusesARegainedPartitionNotSetUp(t *testing.T) {
 	t.Parallel()
 	const topic = "x"
-	e, dc := startEnvK(t, topic, 1)
+	e := startEnv(t, topic, 1)
 	var failing atomic.Bool
-	failEnds(dc, topic, &failing)
+	failListOffsets(e.dstCluster, topic, &failing)
 	a := startNode(t, "a", e.pool, e.src, e.dst)
 	waitHolds(t, a, topic, 0, true)
 	b := startNode(t, "b", e.pool, e.src, e.dst)
@@ -342,8 +268,7 @@ func TestStopRefusesARegainedPartitionNotSetUp(t *testing.T) {
 	e.settle(t, topic, 0)
 
 	failing.Store(true) // a's set-up of the regained partition cannot read D's end
-	b.kill()
-	time.Sleep(revLease + revFlight + 200*time.Millisecond) // b expires
+	b.kill()            // a gets the partition once b's lease + flight ran out
 	a.link.down.Store(false)
 	waitHolds(t, a, topic, 0, true)
 
@@ -443,11 +368,5 @@ func TestNewLeaderDropsADelayedClaim(t *testing.T) {
 	})
 	l1.pool.Store(cur)
 	l1.release <- struct{}{} // w1's old claim reaches the new leader
-	deadline := time.Now().Add(lease)
-	for time.Now().Before(deadline) {
-		if holds(w1) && holds(w2) {
-			t.Fatalf("w1 and w2 may both write t/0: the new leader adopted t/0 for w1 on a claim delivered late, while w2's lease from the old leader runs")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	neverBoth(t, w1, w2, topic, "the new leader adopted it for w1 on a claim delivered late, while w2's lease from the old leader runs")
 }

@@ -55,16 +55,19 @@ type node struct {
 	done   chan struct{}
 }
 
-func startNode(t *testing.T, id string, pool *controlplane.WorkerPool, src, dst []string) *node {
+// startNode runs a worker with a replicator (opts added to the test's)
+// until the test ends.
+func startNode(t *testing.T, id string, pool *controlplane.WorkerPool, src, dst []string, opts ...replicator.Opt) *node {
 	t.Helper()
 	l := &link{pool: pool}
 	w, err := worker.New(id, l, slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := replicator.New(replicator.Source(src...), replicator.Destination(dst...),
-		replicator.SampleInterval(50*time.Millisecond), replicator.GroupSyncInterval(0), replicator.ConfigSyncInterval(0),
-		replicator.Leases(w))
+	opts = append([]replicator.Opt{replicator.Source(src...), replicator.Destination(dst...),
+		replicator.SampleInterval(50 * time.Millisecond), replicator.GroupSyncInterval(0), replicator.ConfigSyncInterval(0),
+		replicator.Leases(w)}, opts...)
+	r, err := replicator.New(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,26 +96,27 @@ func (n *node) holds(topic string, p int32) bool {
 }
 
 type env struct {
-	src, dst []string
-	pool     *controlplane.WorkerPool
-	sadm     *kadm.Client
-	dadm     *kadm.Client
+	dstCluster *embedded.Cluster // for faults injected into the destination
+	src, dst   []string
+	pool       *controlplane.WorkerPool
+	sadm       *kadm.Client
+	dadm       *kadm.Client
 }
 
 // startEnv starts two clusters, creates topic on the source with
 // partitions, and a WorkerPool replicating it.
 func startEnv(t *testing.T, topic string, partitions int32) *env {
 	t.Helper()
-	var addrs [][]string
+	var cs []*embedded.Cluster
 	for range 2 {
 		c, err := embedded.Start(embedded.Brokers(1), embedded.Partitions(int(partitions)))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(c.Close)
-		addrs = append(addrs, c.Addrs())
+		cs = append(cs, c)
 	}
-	e := &env{src: addrs[0], dst: addrs[1]}
+	e := &env{src: cs[0].Addrs(), dst: cs[1].Addrs(), dstCluster: cs[1]}
 	scl, err := kgo.NewClient(kgo.SeedBrokers(e.src...))
 	if err != nil {
 		t.Fatal(err)
@@ -162,17 +166,30 @@ func (e *env) waitDst(t *testing.T, topic string, p int32, want int64) {
 	})
 }
 
-// settle waits until the destination end has not moved for a while.
+// settle waits until the copy reached the source's last stable offset of
+// topic/p, as the pool hears from the partition's worker, and returns the
+// destination's end then: every write of the copy up to there is on D.
 func (e *env) settle(t *testing.T, topic string, p int32) int64 {
 	t.Helper()
-	last, since := int64(-2), time.Now()
-	for time.Since(since) < 3*time.Second {
-		if got := e.end(t, e.dadm, topic, p); got != last {
-			last, since = got, time.Now()
+	wait.For(t, time.Minute, fmt.Sprintf("the copy of %s/%d caught up", topic, p), func() string {
+		lso, err := e.sadm.ListCommittedOffsets(context.Background(), topic)
+		if err != nil {
+			return err.Error()
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return last
+		o, ok := lso.Lookup(topic, p)
+		if !ok || o.Err != nil {
+			return fmt.Sprintf("source last stable offset: %v", o.Err)
+		}
+		prog, err := e.pool.Progress(topic)
+		if err != nil {
+			return err.Error()
+		}
+		if prog[p] < o.Offset {
+			return fmt.Sprintf("copied to %d of %d", prog[p], o.Offset)
+		}
+		return ""
+	})
+	return e.end(t, e.dadm, topic, p)
 }
 
 func produce(t *testing.T, seeds []string, topic string, n int, prefix string) {
@@ -433,11 +450,21 @@ func TestNewLeaderKeepsOnlyRunningLeases(t *testing.T) {
 	})
 	l1.pool.Store(cur)
 	l1.down.Store(false)
-	deadline := time.Now().Add(lease)
-	for time.Now().Before(deadline) {
+	neverBoth(t, w1, w2, topic, "the new leader gave it to w1 on w1's stale report while w2's lease from the old leader runs")
+}
+
+// neverBoth waits until w2 no longer may write topic/0 (its lease from the
+// old leader ran out), failing with why if w1 and w2 ever may both.
+func neverBoth(t *testing.T, w1, w2 *worker.Worker, topic, why string) {
+	t.Helper()
+	holds := func(w *worker.Worker) bool { _, ok := w.MayWrite(topic, 0); return ok }
+	wait.For(t, time.Minute, "w2's lease from the old leader to run out", func() string {
 		if holds(w1) && holds(w2) {
-			t.Fatalf("w1 and w2 may both write t/0: the new leader gave it to w1 on w1's stale report while w2's lease from the old leader runs")
+			t.Fatalf("w1 and w2 may both write %s/0: %s", topic, why)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		if holds(w2) {
+			return "w2 may still write"
+		}
+		return ""
+	})
 }
