@@ -579,12 +579,14 @@ func (r *Replicator) skip(p *partState, b batch, reason string) {
 // segment is recorded first, all of the batch's segments acknowledged by
 // D before the batch is sent.
 func (r *Replicator) copyBatch(ctx context.Context, p *partState, b batch, raw []byte, runs []srcRun) error {
-	until, ok := r.mayWritePart(p)
-	if !ok {
-		return fmt.Errorf("%w: %s/%d: batch at source offset %d not copied", ErrLeaseLost, p.topic, p.p, b.baseOffset)
-	}
 	segs, delta, n := segmentsFor(p.topic, p.p, p.dstEnd, p.delta, runs)
 	if len(segs) > 0 {
+		// The segments need the lease as the batch does (produce checks
+		// it for the batch).
+		until, ok := r.mayWritePart(p)
+		if !ok {
+			return fmt.Errorf("%w: %s/%d: batch at source offset %d not copied", ErrLeaseLost, p.topic, p.p, b.baseOffset)
+		}
 		recs := make([]*kgo.Record, len(segs))
 		for i, s := range segs {
 			v, _ := json.Marshal(s)

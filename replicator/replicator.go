@@ -551,23 +551,23 @@ func (r *Replicator) Stop(ctx context.Context, topic string) (Stopped, error) {
 		r.mu.Lock()
 	}
 	st := r.topicStatusLocked(t)
-	if r.cfg.leases != nil {
-		// A worker answers for the partitions it holds; the others'
-		// state here is another worker's copy as it was when this one
-		// last held them.
-		held := st.Partitions[:0:0]
-		for _, p := range st.Partitions {
-			if _, ok := r.mayWrite(topic, p.Partition); ok {
-				held = append(held, p)
-			}
-		}
-		st.Partitions = held
-	}
+	// A worker answers for the partitions it holds only: the others' state
+	// here is another worker's copy as it was when this one last held it.
+	held := r.leasedLocked()
 	recent := make([]recentBatches, 0, len(t.parts))
 	for _, p := range t.parts {
-		if _, ok := r.mayWrite(topic, p.p); ok {
+		if held == nil || held[p] {
 			recent = append(recent, p.recent)
 		}
+	}
+	if held != nil {
+		parts := st.Partitions[:0:0]
+		for _, ps := range st.Partitions {
+			if held[t.parts[ps.Partition]] {
+				parts = append(parts, ps)
+			}
+		}
+		st.Partitions = parts
 	}
 	out := Stopped{Partitions: st.Partitions}
 	var dropped int
@@ -666,7 +666,7 @@ func (r *Replicator) pick() (*partState, <-chan struct{}) {
 	wall := time.Now()
 	var cands []Candidate
 	byKey := map[Candidate]*partState{}
-	r.forgetUnleasedLocked()
+	held := r.leasedLocked()
 	for _, t := range r.topics {
 		if !t.ready || t.paused || t.stopping {
 			continue
@@ -675,7 +675,7 @@ func (r *Replicator) pick() (*partState, <-chan struct{}) {
 			if p.busy || wall.Before(p.retryAt) {
 				continue
 			}
-			if _, ok := r.mayWrite(t.name, p.p); !ok {
+			if held != nil && !held[p] {
 				continue // another worker's
 			}
 			if p.inited && p.lag.end() <= p.next {
@@ -702,26 +702,28 @@ func (r *Replicator) pick() (*partState, <-chan struct{}) {
 	return p, nil
 }
 
-// forgetUnleasedLocked forgets, under Leases, where the copy of each
-// partition not leased now stands (of every topic, paused or not): it may
-// be another worker's until it is this one's again, and then it resumes
-// from what D holds, not from here. A partition with a step in flight is
-// left to the step, which stops at its next write (ErrLeaseLost). r.mu is
-// held.
-func (r *Replicator) forgetUnleasedLocked() {
+// leasedLocked returns, under Leases, the partitions (of every topic,
+// paused or not) this replicator may write now, and forgets where the copy
+// of each other one stands: it may be another worker's until it is this
+// one's again, and then it resumes from what D holds, not from here. A
+// partition with a step in flight keeps its state for the step, which
+// stops at its next write (ErrLeaseLost). Without leases it returns nil:
+// every partition. r.mu is held.
+func (r *Replicator) leasedLocked() map[*partState]bool {
 	if r.cfg.leases == nil {
-		return
+		return nil
 	}
+	held := map[*partState]bool{}
 	for _, t := range r.topics {
 		for _, p := range t.parts {
-			if p.busy || (!p.inited && p.resync && p.next < 0) {
-				continue
-			}
-			if _, ok := r.mayWrite(t.name, p.p); !ok {
+			if _, ok := r.mayWrite(t.name, p.p); ok {
+				held[p] = true
+			} else if !p.busy {
 				p.inited, p.resync, p.next, p.dstEnd = false, true, -1, -1
 			}
 		}
 	}
+	return held
 }
 
 // sampler samples source end offsets of every topic, sets up topics not yet
