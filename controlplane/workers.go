@@ -495,49 +495,7 @@ func (p *WorkerPool) Work(_ context.Context, req *batonv1.WorkRequest) (*batonv1
 		}
 	}
 
-	for _, cs := range req.GetPartitions() {
-		t := p.topics[cs.GetTopic()]
-		if t == nil || cs.GetPartition() < 0 {
-			continue
-		}
-		pp := t.parts[cs.GetPartition()]
-		switch {
-		case pp == nil && now.Before(p.quiet) && t.partitions < 0:
-			// Granted by a previous leader before this one read the
-			// topic's partitions: it stays the worker's.
-			pp = &poolPart{holder: id}
-			t.parts[cs.GetPartition()] = pp
-		case pp == nil:
-			continue
-		case pp.holder == id:
-		case pp.holder == "" && now.Before(p.quiet):
-			// Granted by a previous leader: it stays the worker's.
-			pp.holder = id
-		default:
-			continue
-		}
-		p.noteLocked(pp, cs)
-	}
-	if now.Before(p.quiet) {
-		// What a new leader keeps for a worker it keeps only while the
-		// worker claims it: a claim delivered late (its sender gave up on
-		// the answer) must not hold a partition the old leader gave
-		// another worker since. Dropped, it waits for the quiet's end.
-		claimed := map[string]map[int32]bool{}
-		for _, cs := range req.GetPartitions() {
-			if claimed[cs.GetTopic()] == nil {
-				claimed[cs.GetTopic()] = map[int32]bool{}
-			}
-			claimed[cs.GetTopic()][cs.GetPartition()] = true
-		}
-		for _, t := range p.topics {
-			for i, pp := range t.parts {
-				if pp.holder == id && !claimed[t.name][i] && t.stop == nil {
-					pp.holder, pp.until = "", maxTime(pp.until, p.quiet)
-				}
-			}
-		}
-	}
+	p.reportedLocked(id, req.GetPartitions(), now)
 	for _, s := range req.GetStopped() {
 		p.stoppedLocked(id, s)
 	}
@@ -560,6 +518,49 @@ func (p *WorkerPool) Work(_ context.Context, req *batonv1.WorkRequest) (*batonv1
 		}
 	}
 	return resp, nil
+}
+
+// reportedLocked takes what worker id reports of the partitions it holds.
+// In the quiet period after a leader change it keeps for the worker what it
+// claims (a previous leader granted it), and only while it claims it: a
+// claim delivered late (its sender gave up on the answer) must not hold a
+// partition the old leader gave another worker since; dropped, it waits
+// for the quiet's end. p.mu is held.
+func (p *WorkerPool) reportedLocked(id string, reports []*batonv1.CopyState, now time.Time) {
+	quiet := now.Before(p.quiet)
+	claimed := map[*poolPart]bool{}
+	for _, cs := range reports {
+		t := p.topics[cs.GetTopic()]
+		if t == nil || cs.GetPartition() < 0 {
+			continue
+		}
+		pp := t.parts[cs.GetPartition()]
+		switch {
+		case pp == nil && quiet && t.partitions < 0:
+			// Before this leader read the topic's partitions.
+			pp = &poolPart{holder: id}
+			t.parts[cs.GetPartition()] = pp
+		case pp == nil:
+			continue
+		case pp.holder == id:
+		case pp.holder == "" && quiet:
+			pp.holder = id
+		default:
+			continue
+		}
+		claimed[pp] = true
+		p.noteLocked(pp, cs)
+	}
+	if !quiet {
+		return
+	}
+	for _, t := range p.topics {
+		for _, pp := range t.parts {
+			if pp.holder == id && !claimed[pp] && t.stop == nil {
+				pp.holder, pp.until = "", maxTime(pp.until, p.quiet)
+			}
+		}
+	}
 }
 
 // stoppedLocked takes a worker's answer to a stop. p.mu is held.
