@@ -235,6 +235,11 @@ func (cp *ControlPlane) cutoverSteps(ctx context.Context, name string, co Cutove
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	// Step 2: every agent drained at >= v, or silent past grant + lease + F.
+	// Leases other replicas granted before MIGRATING was stored are all
+	// in etcd by now; read them first.
+	if err := cp.syncRecorded(dctx); err != nil {
+		return step("reading the leases other replicas granted", err)
+	}
 	waiting, drained, expired := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	err := cp.wait(ctx, co.Deadline, "waiting for agents", func() (bool, string, error) {
 		pending := cp.pendingAgents(name, co.Version)

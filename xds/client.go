@@ -306,6 +306,20 @@ func (c *Client) stream(ctx context.Context) error {
 	}
 }
 
+// older reports whether TopicRoute version v is below the one applied: a
+// control-plane replica that lags behind the one the client came from
+// (watch delay) sends an older route set. It is acknowledged and not
+// applied: a topic's route never goes back, a MIGRATING one to PROXY say.
+func (c *Client) older(v uint64) bool {
+	acked := c.AckedVersion()
+	if v >= acked {
+		return false
+	}
+	c.cfg.log.Info("routes older than the ones applied: kept the applied ones (a control-plane replica behind the last one; "+
+		"if the control plane's state was reset, restart the agent)", "node", c.node.GetId(), "version", v, "applied", acked)
+	return true
+}
+
 // apply decodes and applies one response, and returns its ACK or NACK.
 func (c *Client) apply(resp *discovery.DiscoveryResponse) *discovery.DiscoveryRequest {
 	req := &discovery.DiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResponseNonce: resp.GetNonce()}
@@ -340,6 +354,9 @@ func (c *Client) applyErr(resp *discovery.DiscoveryResponse) error {
 		v, err := ParseVersion(resp.GetVersionInfo())
 		if err != nil {
 			return err
+		}
+		if c.older(v) {
+			return nil
 		}
 		routes := make([]*batonv1.TopicRoute, 0, len(resp.GetResources()))
 		for i, a := range resp.GetResources() {
@@ -452,6 +469,9 @@ func (c *Client) applyDeltaErr(resp *discovery.DeltaDiscoveryResponse) (uint64, 
 		var err error
 		if v, err = ParseVersion(resp.GetSystemVersionInfo()); err != nil {
 			return 0, err
+		}
+		if c.older(v) {
+			return v, nil // nothing held changes: the server's next delta goes on from what it sent, the same routes
 		}
 	case ClusterType:
 	default:

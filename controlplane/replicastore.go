@@ -1,0 +1,189 @@
+package controlplane
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// What replicas share through etcd beyond Store (docs/design.md §13.1):
+// followers read the routes' state at one revision and watch it; they
+// record the leases they grant, each conditioned on the config version
+// they granted at; the leader reads and watches those records.
+
+// keyLatency holds each topic's destination latency profile as the leader
+// last pushed it, for followers to push the same. It sorts between
+// keyTopics' neighbours so one watch range covers the routes' whole state.
+const keyLatency = "/baton/tlatency/"
+
+// routeStateRange is the key range of everything a route is rendered from:
+// keyLatency, keyTopics and keyVersion ("/baton/t" up to "/baton/w").
+const routeStateFrom, routeStateEnd = "/baton/t", "/baton/w"
+
+// routeState is the routes' state at one etcd revision.
+type routeState struct {
+	rev        int64
+	version    uint64
+	versionRev int64 // mod revision of keyVersion: a grant is conditioned on it
+	topics     map[string]*Topic
+	latency    map[string]pushedLatency
+}
+
+// loadRouteState reads the routes' state at one revision.
+func (s *EtcdStore) loadRouteState(ctx context.Context) (routeState, error) {
+	r, err := s.cli.Get(ctx, routeStateFrom, clientv3.WithRange(routeStateEnd))
+	if err != nil {
+		return routeState{}, fmt.Errorf("controlplane: etcd: %w", err)
+	}
+	st := routeState{rev: r.Header.Revision, topics: map[string]*Topic{}, latency: map[string]pushedLatency{}}
+	for _, kv := range r.Kvs {
+		if err := st.apply(false, kv.Key, kv.Value, kv.ModRevision); err != nil {
+			return routeState{}, err
+		}
+	}
+	return st, nil
+}
+
+// apply changes st by one key's put or delete.
+func (st *routeState) apply(del bool, key, value []byte, modRev int64) error {
+	k := string(key)
+	switch {
+	case k == keyVersion:
+		if del {
+			st.version, st.versionRev = 0, 0
+			return nil
+		}
+		v, err := strconv.ParseUint(string(value), 10, 64)
+		if err != nil {
+			return fmt.Errorf("controlplane: bad version %q", value)
+		}
+		st.version, st.versionRev = v, modRev
+	case strings.HasPrefix(k, keyTopics):
+		name := strings.TrimPrefix(k, keyTopics)
+		if del {
+			delete(st.topics, name)
+			return nil
+		}
+		var t Topic
+		if err := json.Unmarshal(value, &t); err != nil {
+			return fmt.Errorf("controlplane: bad record %s: %w", k, err)
+		}
+		st.topics[name] = &t
+	case strings.HasPrefix(k, keyLatency):
+		name := strings.TrimPrefix(k, keyLatency)
+		if del {
+			delete(st.latency, name)
+			return nil
+		}
+		var l pushedLatency
+		if err := json.Unmarshal(value, &l); err != nil {
+			return fmt.Errorf("controlplane: bad record %s: %w", k, err)
+		}
+		st.latency[name] = l
+	}
+	return nil
+}
+
+// watchRouteState watches the routes' state after revision rev.
+func (s *EtcdStore) watchRouteState(ctx context.Context, rev int64) clientv3.WatchChan {
+	return s.cli.Watch(clientv3.WithRequireLeader(ctx), routeStateFrom, clientv3.WithRange(routeStateEnd), clientv3.WithRev(rev+1))
+}
+
+// putLatency records the latency profiles the leader pushed (fenced on its
+// term, like every write of it).
+func (s *EtcdStore) putLatency(ctx context.Context, profiles map[string]pushedLatency) error {
+	ops := make([]clientv3.Op, 0, len(profiles))
+	for name, l := range profiles {
+		b, err := json.Marshal(l)
+		if err != nil {
+			return err
+		}
+		ops = append(ops, clientv3.OpPut(keyLatency+name, string(b)))
+	}
+	for len(ops) > 0 {
+		n := min(len(ops), 64)
+		if err := s.write(ctx, ops[:n]...); err != nil {
+			return fmt.Errorf("controlplane: etcd: writing latency profiles: %w", err)
+		}
+		ops = ops[n:]
+	}
+	return nil
+}
+
+// recordGrants stores the agents a follower granted a lease, in one
+// transaction that commits only if the config version is still the one
+// at versionRev: a grant made on a version the leader has moved past is
+// never recorded (ErrVersionMoved), so the leader, once it stored a new
+// version, knows every grant made before it. At most 64 agents.
+func (s *EtcdStore) recordGrants(ctx context.Context, versionRev int64, agents []Agent) error {
+	ops, err := agentOps(agents)
+	if err != nil {
+		return err
+	}
+	r, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(keyVersion), "=", versionRev)).Then(ops...).Commit()
+	if err != nil {
+		return fmt.Errorf("controlplane: etcd: recording leases: %w", err)
+	}
+	if !r.Succeeded {
+		return ErrVersionMoved
+	}
+	return nil
+}
+
+// recordReports stores agents' reports a follower answered without a
+// grant: a refused heartbeat carries writes and findings the agent drops
+// once answered.
+func (s *EtcdStore) recordReports(ctx context.Context, agents []Agent) error {
+	ops, err := agentOps(agents)
+	if err != nil {
+		return err
+	}
+	if _, err := s.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+		return fmt.Errorf("controlplane: etcd: recording agents' reports: %w", err)
+	}
+	return nil
+}
+
+func agentOps(agents []Agent) ([]clientv3.Op, error) {
+	ops := make([]clientv3.Op, 0, len(agents))
+	for _, a := range agents {
+		b, err := json.Marshal(a)
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, clientv3.OpPut(keyAgents+a.Node, string(b)))
+	}
+	return ops, nil
+}
+
+// recordedAgent is an agent record with its etcd mod revision.
+type recordedAgent struct {
+	Agent
+	rev int64
+}
+
+// readAgents returns every agent record and the revision read at.
+func (s *EtcdStore) readAgents(ctx context.Context) ([]recordedAgent, int64, error) {
+	r, err := s.cli.Get(ctx, keyAgents, clientv3.WithPrefix())
+	if err != nil {
+		return nil, 0, fmt.Errorf("controlplane: etcd: %w", err)
+	}
+	out := make([]recordedAgent, 0, len(r.Kvs))
+	for _, kv := range r.Kvs {
+		var a Agent
+		if err := json.Unmarshal(kv.Value, &a); err != nil {
+			return nil, 0, fmt.Errorf("controlplane: bad record %s: %w", kv.Key, err)
+		}
+		out = append(out, recordedAgent{a, kv.ModRevision})
+	}
+	return out, r.Header.Revision, nil
+}
+
+// watchAgents watches agent records after revision rev.
+func (s *EtcdStore) watchAgents(ctx context.Context, rev int64) clientv3.WatchChan {
+	return s.cli.Watch(clientv3.WithRequireLeader(ctx), keyAgents, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+}
