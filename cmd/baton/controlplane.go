@@ -52,9 +52,10 @@ an external cluster), and replicates managed topics from --source to
 --destination in process.
 
 On an external etcd, replicas of the control plane elect a leader: each one
-started with the same --etcd-endpoints campaigns, and only the one elected
-serves (xDS, leases, the HTTP API, replication); the others wait, and one of
-them takes over within --leader-ttl of the leader dying. Give agents every
+started with the same --etcd-endpoints serves xDS and leases on --grpc from
+the state it watches in etcd and campaigns; the one elected also runs
+cutovers, the HTTP API and replication, and one of the others takes over
+within --leader-ttl of it dying. Give agents and replicator workers every
 replica's --grpc address. A leader that loses its etcd session writes
 nothing more and exits (status 1) for its supervisor to restart it.
 
