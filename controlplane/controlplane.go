@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -169,6 +170,10 @@ type ControlPlane struct {
 	// recorded is, per agent, the etcd revision of the last record a
 	// follower made that was merged (replicas.go).
 	recorded map[string]int64
+	// watchedRev: the watch of agent records delivered every revision up
+	// to it; syncWaits counts syncRecorded's waits for it (tests).
+	watchedRev int64
+	syncWaits  atomic.Int64
 
 	byp           *bypass // bypass detection (bypass.go)
 	bypassMetrics *bypassMetrics
@@ -253,7 +258,7 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 		if err != nil {
 			return nil, err
 		}
-		agents, agentsRev = agents[:0], rev
+		agents, agentsRev, cp.watchedRev = agents[:0], rev, rev
 		for _, r := range recs {
 			agents = append(agents, r.Agent)
 			cp.recorded[r.Node] = r.rev

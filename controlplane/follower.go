@@ -34,8 +34,9 @@ import (
 // watches them after), and an agent cut off from a follower that lags
 // behind cannot be granted on a version the leader has moved past.
 //
-// A follower records only the drain reports of MIGRATING topics (what the
-// leader's drain reads) and, for bypass detection, the writes and
+// A follower records the drain reports of MIGRATING topics (what the
+// leader's drain reads), the acked ends of the others (a cutover waits for
+// the destination to hold them) and, for bypass detection, the writes and
 // findings a heartbeat carried; grants and reports of many agents go in
 // one transaction (a group commit: while one is in flight the next
 // gathers).
@@ -192,8 +193,14 @@ func (f *Follower) Heartbeat(ctx context.Context, req *batonv1.HeartbeatRequest)
 	f.mu.Lock()
 	version, versionRev := f.state.version, f.state.versionRev
 	drains := drainReports(req.GetTopics())
-	for name := range drains {
-		if t, ok := f.state.topics[name]; !ok || t.State != migration.Migrating {
+	for name, d := range drains {
+		switch t, ok := f.state.topics[name]; {
+		case ok && t.State == migration.Migrating:
+		case len(d.AckedEnds) > 0:
+			// What the agent acked: a cutover waits for the destination
+			// to hold it, whenever it comes.
+			drains[name] = TopicDrain{AckedEnds: d.AckedEnds}
+		default:
 			delete(drains, name) // the leader's drain reads MIGRATING topics only
 		}
 	}
@@ -237,8 +244,12 @@ func (f *Follower) Heartbeat(ctx context.Context, req *batonv1.HeartbeatRequest)
 // findings read, encoded; nil if it carried none of it. The agent's clock
 // bounds (last_server_time) are left out: they are this replica's clock.
 func forwardedReport(req *batonv1.HeartbeatRequest) ([]byte, error) {
+	fs := req.GetFindings()
+	if len(fs) > xds.MaxFindings {
+		fs = fs[:xds.MaxFindings] // as many as the leader takes
+	}
 	out := &batonv1.HeartbeatRequest{NodeId: req.GetNodeId(), Incarnation: req.GetIncarnation(), SentAt: req.GetSentAt(),
-		Findings: req.GetFindings()}
+		Findings: fs}
 	for _, d := range req.GetTopics() {
 		if len(d.GetWrites()) > 0 || d.GetWritesTruncated() {
 			out.Topics = append(out.Topics, &batonv1.TopicDrain{Topic: d.GetTopic(), Writes: d.GetWrites(), WritesTruncated: d.GetWritesTruncated()})
@@ -364,8 +375,8 @@ func (s *LeaseSwitch) Heartbeat(ctx context.Context, req *batonv1.HeartbeatReque
 
 // ReplicationSwitch is a replica's Replication service: the leader's
 // WorkerPool once the replica is elected (Set), and until then an answer
-// that names this replica a follower (FailedPrecondition): workers ask
-// the next replica they were given.
+// that names this replica a follower (Unavailable): workers ask the next
+// replica they were given.
 type ReplicationSwitch struct {
 	batonv1.UnimplementedReplicationServer
 	cur atomic.Pointer[batonv1.ReplicationServer]
@@ -380,7 +391,7 @@ func (s *ReplicationSwitch) Set(r batonv1.ReplicationServer) { s.cur.Store(&r) }
 func (s *ReplicationSwitch) Work(ctx context.Context, req *batonv1.WorkRequest) (*batonv1.WorkResponse, error) {
 	r := s.cur.Load()
 	if r == nil {
-		return nil, status.Error(codes.FailedPrecondition, NotLeaderMessage)
+		return nil, status.Error(codes.Unavailable, NotLeaderMessage)
 	}
 	return (*r).Work(ctx, req)
 }

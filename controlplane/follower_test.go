@@ -14,11 +14,12 @@ import (
 )
 
 // startFollower serves a follower on st (which it closes) until the test
-// ends; it returns the follower and its gRPC address.
-func startFollower(t *testing.T, ctx context.Context, st *EtcdStore, k *kafkaEnv, id string) (*Follower, string) {
+// ends; it returns the follower and its gRPC address. opts come last.
+func startFollower(t *testing.T, ctx context.Context, st *EtcdStore, k *kafkaEnv, id string, opts ...Opt) (*Follower, string) {
 	t.Helper()
-	f, err := NewFollower(ctx, st, ReplicaID(id), LeaseDuration(tLease), ForwardDeadline(tForward), Logger(quiet),
-		Clusters(&batonv1.Cluster{Name: "source", Bootstrap: k.src.Addrs()}, &batonv1.Cluster{Name: "destination", Bootstrap: k.dst.Addrs()}))
+	f, err := NewFollower(ctx, st, append([]Opt{ReplicaID(id), LeaseDuration(tLease), ForwardDeadline(tForward), Logger(quiet),
+		Clusters(&batonv1.Cluster{Name: "source", Bootstrap: k.src.Addrs()}, &batonv1.Cluster{Name: "destination", Bootstrap: k.dst.Addrs()})},
+		opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -114,50 +114,62 @@ func (s *EtcdStore) putLatency(ctx context.Context, profiles map[string]pushedLa
 	return nil
 }
 
-// recordGrants stores the agents a follower granted a lease, in one
-// transaction that commits only if the config version is still the one
+// maxRecordBytes bounds one transaction of agent records, well under
+// etcd's default request limit (1.5 MiB).
+const maxRecordBytes = 512 << 10
+
+// recordGrants stores the agents a follower granted a lease, in
+// transactions that commit only if the config version is still the one
 // at versionRev: a grant made on a version the leader has moved past is
 // never recorded (ErrVersionMoved), so the leader, once it stored a new
-// version, knows every grant made before it. At most 64 agents.
+// version, knows every grant made before it.
 func (s *EtcdStore) recordGrants(ctx context.Context, versionRev int64, agents []Agent) error {
-	ops, err := agentOps(agents)
-	if err != nil {
-		return err
-	}
-	r, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(keyVersion), "=", versionRev)).Then(ops...).Commit()
-	if err != nil {
-		return fmt.Errorf("controlplane: etcd: recording leases: %w", err)
-	}
-	if !r.Succeeded {
-		return ErrVersionMoved
-	}
-	return nil
+	return s.recordAgents(agents, func(ops []clientv3.Op) error {
+		r, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(keyVersion), "=", versionRev)).Then(ops...).Commit()
+		if err != nil {
+			return fmt.Errorf("controlplane: etcd: recording leases: %w", err)
+		}
+		if !r.Succeeded {
+			return ErrVersionMoved
+		}
+		return nil
+	})
 }
 
 // recordReports stores agents' reports a follower answered without a
 // grant: a refused heartbeat carries writes and findings the agent drops
 // once answered.
 func (s *EtcdStore) recordReports(ctx context.Context, agents []Agent) error {
-	ops, err := agentOps(agents)
-	if err != nil {
-		return err
-	}
-	if _, err := s.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
-		return fmt.Errorf("controlplane: etcd: recording agents' reports: %w", err)
-	}
-	return nil
+	return s.recordAgents(agents, func(ops []clientv3.Op) error {
+		if _, err := s.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+			return fmt.Errorf("controlplane: etcd: recording agents' reports: %w", err)
+		}
+		return nil
+	})
 }
 
-func agentOps(agents []Agent) ([]clientv3.Op, error) {
-	ops := make([]clientv3.Op, 0, len(agents))
+// recordAgents commits agents' records through commit, as many per
+// transaction as fit in maxRecordBytes; the first error stops it.
+func (s *EtcdStore) recordAgents(agents []Agent, commit func([]clientv3.Op) error) error {
+	var ops []clientv3.Op
+	size := 0
 	for _, a := range agents {
 		b, err := json.Marshal(a)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		ops = append(ops, clientv3.OpPut(keyAgents+a.Node, string(b)))
+		if len(ops) > 0 && size+len(b) > maxRecordBytes {
+			if err := commit(ops); err != nil {
+				return err
+			}
+			ops, size = nil, 0
+		}
+		ops, size = append(ops, clientv3.OpPut(keyAgents+a.Node, string(b))), size+len(b)
 	}
-	return ops, nil
+	if len(ops) == 0 {
+		return nil
+	}
+	return commit(ops)
 }
 
 // recordedAgent is an agent record with its etcd mod revision.
@@ -186,4 +198,13 @@ func (s *EtcdStore) readAgents(ctx context.Context) ([]recordedAgent, int64, err
 // watchAgents watches agent records after revision rev.
 func (s *EtcdStore) watchAgents(ctx context.Context, rev int64) clientv3.WatchChan {
 	return s.cli.Watch(clientv3.WithRequireLeader(ctx), keyAgents, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+}
+
+// revision is etcd's current revision.
+func (s *EtcdStore) revision(ctx context.Context) (int64, error) {
+	r, err := s.cli.Get(ctx, keyVersion)
+	if err != nil {
+		return 0, fmt.Errorf("controlplane: etcd: %w", err)
+	}
+	return r.Header.Revision, nil
 }

@@ -13,9 +13,9 @@ import (
 
 // Replicas is a Replication client for control-plane replicas, one client
 // per replica: only the leader grants partition leases, and a follower
-// answers FailedPrecondition. A call goes to the replica that answered
-// last; on FailedPrecondition or Unavailable it goes on to the next, once
-// round all of them, and the first answer is returned.
+// answers Unavailable. A call goes to the replica that answered last; on
+// Unavailable (a follower, or a replica out of reach) it goes on to the
+// next, once round all of them, and the first other answer is returned.
 func Replicas(clients ...batonv1.ReplicationClient) batonv1.ReplicationClient {
 	if len(clients) == 1 {
 		return clients[0]
@@ -40,7 +40,7 @@ func (r *replicas) Work(ctx context.Context, req *batonv1.WorkRequest, opts ...g
 		n := (first + i) % len(r.clients)
 		var resp *batonv1.WorkResponse
 		resp, err = r.clients[n].Work(ctx, req, opts...)
-		if c := status.Code(err); c != codes.FailedPrecondition && c != codes.Unavailable {
+		if status.Code(err) != codes.Unavailable {
 			r.mu.Lock()
 			r.cur = n
 			r.mu.Unlock()
