@@ -259,6 +259,13 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 			return nil, err
 		}
 		agents, agentsRev, cp.watchedRev = agents[:0], rev, rev
+		// The profiles the last leader pushed, which the followers push:
+		// pushed the same until measured again.
+		st, err := es.loadRouteState(ctx)
+		if err != nil {
+			return nil, err
+		}
+		cp.latency = st.latency
 		for _, r := range recs {
 			agents = append(agents, r.Agent)
 			cp.recorded[r.Node] = r.rev
