@@ -320,6 +320,13 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 		if t.Cutover != nil {
 			co = *t.Cutover
 		}
+		if co.Step == StepDone {
+			if err := cp.resume(ctx, t.Name, co); err != nil {
+				cp.Close()
+				return nil, err
+			}
+			continue
+		}
 		cp.event(ctx, Event{Topic: t.Name, Kind: EventRecovered, Actor: ActorControlPlane, Attempt: co.Attempt,
 			StartedAt: co.StartedAt, Reason: fmt.Sprintf("found MIGRATING at step %q after a restart; rolling back", co.Step)})
 		if err := cp.rollback(ctx, t.Name, co, "", ActorControlPlane, "control plane restarted mid-cutover"); err != nil {
