@@ -320,7 +320,8 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 		if t.Cutover != nil {
 			co = *t.Cutover
 		}
-		if co.Step == StepDone {
+		// COMPLETE only before the deadline, as the cutover itself would.
+		if co.Step == StepDone && cp.now().Before(co.Deadline) {
 			if err := cp.resume(ctx, t.Name, co); err != nil {
 				cp.Close()
 				return nil, err
@@ -399,7 +400,9 @@ func (cp *ControlPlane) dropSourceBatches(ctx context.Context) {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	for _, t := range cp.topics {
-		if len(t.SourceBatches) == 0 || cp.now().Before(t.SourceBatchesUntil) {
+		// A MIGRATING topic at StepDone holds its batches for COMPLETE;
+		// no one but its cutover writes it.
+		if t.State != migration.Complete || len(t.SourceBatches) == 0 || cp.now().Before(t.SourceBatchesUntil) {
 			continue
 		}
 		nt := *t

@@ -174,9 +174,15 @@ func (cp *ControlPlane) cutover(ctx context.Context, name string, co Cutover, r 
 // COMPLETE is done: the agents drained, the destination holds every
 // record up to the source's end offsets, replication stopped there (its
 // last idempotent batches stored with the step) and the write guard is
-// lifted. A control plane that finds a topic MIGRATING at this step
-// completes it; at any other step it rolls it back.
+// lifted. A control plane that finds a topic MIGRATING at this step before
+// its deadline completes it; at any other step, or later, it rolls it
+// back.
 const StepDone = "complete"
+
+// StepRollingBack is stored, over StepDone, by a rollback before it
+// stores PROXY: such an attempt is never completed by a control plane
+// taking over.
+const StepRollingBack = "rolling-back"
 
 // setStep stores the running cutover's step, with what also changes of
 // the topic (nothing of its route: the version stays).
@@ -415,6 +421,19 @@ func (cp *ControlPlane) rollback(ctx context.Context, name string, co Cutover, k
 	if !ok || t.State != migration.Migrating {
 		cp.mu.Unlock()
 		return nil
+	}
+	if t.Cutover != nil && t.Cutover.Step == StepDone {
+		// First, durably: this attempt is rolled back, so that no control
+		// plane taking over completes it (New) should PROXY fail below.
+		mt, co := *t, *t.Cutover
+		co.Step = StepRollingBack
+		mt.Cutover = &co
+		if err := cp.store.PutTopic(ctx, mt, cp.version); err != nil {
+			cp.mu.Unlock()
+			return err
+		}
+		cp.topics[name] = &mt
+		t = &mt
 	}
 	nt := *t
 	nt.State, nt.Cutover = migration.Proxy, nil

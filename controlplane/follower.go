@@ -64,10 +64,10 @@ type Follower struct {
 var _ batonv1.LeaseServer = (*Follower)(nil)
 
 type pendingRecord struct {
-	agent      Agent
-	grant      bool
-	versionRev int64
-	done       chan error
+	agent   Agent
+	grant   bool
+	version uint64 // granted at
+	done    chan error
 }
 
 // NewFollower loads the routes' state from store and publishes it. It
@@ -170,7 +170,7 @@ func (f *Follower) watch(ctx context.Context, rev int64) error {
 		}
 		f.mu.Lock()
 		for _, e := range resp.Events {
-			if err := f.state.apply(e.Type == mvccpb.DELETE, e.Kv.Key, e.Kv.Value, e.Kv.ModRevision); err != nil {
+			if err := f.state.apply(e.Type == mvccpb.DELETE, e.Kv.Key, e.Kv.Value); err != nil {
 				f.mu.Unlock()
 				return err
 			}
@@ -191,7 +191,7 @@ func (f *Follower) Heartbeat(ctx context.Context, req *batonv1.HeartbeatRequest)
 	}
 	now := f.cfg.now()
 	f.mu.Lock()
-	version, versionRev := f.state.version, f.state.versionRev
+	version := f.state.version
 	drains := drainReports(req.GetTopics())
 	for name, d := range drains {
 		switch t, ok := f.state.topics[name]; {
@@ -219,7 +219,7 @@ func (f *Follower) Heartbeat(ctx context.Context, req *batonv1.HeartbeatRequest)
 		if rec.Report != nil {
 			// The agent drops what it reported once answered: keep it for
 			// the leader's bypass detection.
-			if err := f.record(ctx, rec, false, 0); err != nil {
+			if err := f.record(ctx, rec, false, version); err != nil {
 				return nil, status.Errorf(codes.Unavailable, "recording the agent's report: %v", err)
 			}
 		}
@@ -229,7 +229,7 @@ func (f *Follower) Heartbeat(ctx context.Context, req *batonv1.HeartbeatRequest)
 		return refuse(fmt.Sprintf("acked version %d is below the current config version %d: apply it first", req.GetAckedVersion(), version))
 	}
 	rec.GrantedAt, rec.ExpiresAt = now, now.Add(f.cfg.lease)
-	switch err := f.record(ctx, rec, true, versionRev); {
+	switch err := f.record(ctx, rec, true, version); {
 	case errors.Is(err, ErrVersionMoved):
 		resp.RequiredVersion = version + 1
 		return refuse(fmt.Sprintf("the config version moved past %d: apply the next one first", version))
@@ -266,8 +266,8 @@ func forwardedReport(req *batonv1.HeartbeatRequest) ([]byte, error) {
 var errFollowerStopped = errors.New("controlplane: this replica stopped following (it leads now, or stops)")
 
 // record queues rec for the recorder and waits for its transaction.
-func (f *Follower) record(ctx context.Context, rec Agent, grant bool, versionRev int64) error {
-	p := &pendingRecord{agent: rec, grant: grant, versionRev: versionRev, done: make(chan error, 1)}
+func (f *Follower) record(ctx context.Context, rec Agent, grant bool, version uint64) error {
+	p := &pendingRecord{agent: rec, grant: grant, version: version, done: make(chan error, 1)}
 	select {
 	case f.queue <- p:
 	case <-f.stopped:
@@ -313,12 +313,15 @@ func (f *Follower) recorder(ctx context.Context) {
 // answered with its transaction's result.
 func (f *Follower) commit(ctx context.Context, batch []*pendingRecord) {
 	type group struct {
-		grant bool
-		rev   int64
+		grant   bool
+		version uint64
 	}
 	groups := map[group][]*pendingRecord{}
 	for _, p := range batch {
-		g := group{p.grant, p.versionRev}
+		g := group{p.grant, p.version}
+		if !p.grant {
+			g.version = 0 // reports commit whatever the version
+		}
 		groups[g] = append(groups[g], p)
 	}
 	for g, ps := range groups {
@@ -335,7 +338,7 @@ func (f *Follower) commit(ctx context.Context, batch []*pendingRecord) {
 		}
 		var err error
 		if g.grant {
-			err = f.store.recordGrants(ctx, g.rev, agents)
+			err = f.store.recordGrants(ctx, g.version, agents)
 		} else {
 			err = f.store.recordReports(ctx, agents)
 		}

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
@@ -126,10 +125,8 @@ func (cp *ControlPlane) syncRecorded(ctx context.Context) error {
 			return nil
 		}
 		cp.syncWaits.Add(1)
-		// An idle watch says how far it got only when asked; the request
-		// goes to the watch streams of ctx's metadata, so it needs the
-		// watch's (watchAgents).
-		if err := es.cli.RequestProgress(clientv3.WithRequireLeader(ctx)); err != nil {
+		// An idle watch says how far it got only when asked.
+		if err := es.requestRecordsProgress(ctx); err != nil {
 			return err
 		}
 		select {
@@ -165,9 +162,17 @@ func (cp *ControlPlane) watchRecorded(es *EtcdStore, rev int64) {
 				rec.rev = e.Kv.ModRevision
 				cp.takeRecorded(ctx, rec)
 			}
-			rev = max(rev, resp.Header.Revision)
+			// Delivered up to: the last event's revision (a response of a
+			// watch catching up is one batch of several, its header the
+			// store's revision), or a progress notification's header.
+			switch {
+			case len(resp.Events) > 0:
+				rev = max(rev, resp.Events[len(resp.Events)-1].Kv.ModRevision)
+			case resp.IsProgressNotify():
+				rev = max(rev, resp.Header.Revision)
+			}
 			cp.mu.Lock()
-			cp.watchedLocked(rev) // a progress notification too: nothing up to rev is left
+			cp.watchedLocked(rev)
 			cp.mu.Unlock()
 		}
 		if ctx.Err() != nil {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/metadata"
 )
 
 // What replicas share through etcd beyond Store (docs/design.md §13.1):
@@ -26,11 +27,10 @@ const routeStateFrom, routeStateEnd = "/baton/t", "/baton/w"
 
 // routeState is the routes' state at one etcd revision.
 type routeState struct {
-	rev        int64
-	version    uint64
-	versionRev int64 // mod revision of keyVersion: a grant is conditioned on it
-	topics     map[string]*Topic
-	latency    map[string]pushedLatency
+	rev     int64
+	version uint64
+	topics  map[string]*Topic
+	latency map[string]pushedLatency
 }
 
 // loadRouteState reads the routes' state at one revision.
@@ -41,7 +41,7 @@ func (s *EtcdStore) loadRouteState(ctx context.Context) (routeState, error) {
 	}
 	st := routeState{rev: r.Header.Revision, topics: map[string]*Topic{}, latency: map[string]pushedLatency{}}
 	for _, kv := range r.Kvs {
-		if err := st.apply(false, kv.Key, kv.Value, kv.ModRevision); err != nil {
+		if err := st.apply(false, kv.Key, kv.Value); err != nil {
 			return routeState{}, err
 		}
 	}
@@ -49,19 +49,19 @@ func (s *EtcdStore) loadRouteState(ctx context.Context) (routeState, error) {
 }
 
 // apply changes st by one key's put or delete.
-func (st *routeState) apply(del bool, key, value []byte, modRev int64) error {
+func (st *routeState) apply(del bool, key, value []byte) error {
 	k := string(key)
 	switch {
 	case k == keyVersion:
 		if del {
-			st.version, st.versionRev = 0, 0
+			st.version = 0
 			return nil
 		}
 		v, err := strconv.ParseUint(string(value), 10, 64)
 		if err != nil {
 			return fmt.Errorf("controlplane: bad version %q", value)
 		}
-		st.version, st.versionRev = v, modRev
+		st.version = v
 	case strings.HasPrefix(k, keyTopics):
 		name := strings.TrimPrefix(k, keyTopics)
 		if del {
@@ -118,14 +118,20 @@ func (s *EtcdStore) putLatency(ctx context.Context, profiles map[string]pushedLa
 // etcd's default request limit (1.5 MiB).
 const maxRecordBytes = 512 << 10
 
-// recordGrants stores the agents a follower granted a lease, in
-// transactions that commit only if the config version is still the one
-// at versionRev: a grant made on a version the leader has moved past is
+// recordGrants stores the agents a follower granted a lease at config
+// version, in transactions that commit only if the config version is
+// still that one: a grant made on a version the leader has moved past is
 // never recorded (ErrVersionMoved), so the leader, once it stored a new
-// version, knows every grant made before it.
-func (s *EtcdStore) recordGrants(ctx context.Context, versionRev int64, agents []Agent) error {
+// version, knows every grant made before it. (The version's value, not
+// its key's revision: a cutover's steps store the topic with the same
+// version again.)
+func (s *EtcdStore) recordGrants(ctx context.Context, version uint64, agents []Agent) error {
+	still := clientv3.Compare(clientv3.Value(keyVersion), "=", strconv.FormatUint(version, 10))
+	if version == 0 {
+		still = clientv3.Compare(clientv3.CreateRevision(keyVersion), "=", 0) // none stored yet
+	}
 	return s.recordAgents(agents, func(ops []clientv3.Op) error {
-		r, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(keyVersion), "=", versionRev)).Then(ops...).Commit()
+		r, err := s.cli.Txn(ctx).If(still).Then(ops...).Commit()
 		if err != nil {
 			return fmt.Errorf("controlplane: etcd: recording leases: %w", err)
 		}
@@ -195,9 +201,25 @@ func (s *EtcdStore) readAgents(ctx context.Context) ([]recordedAgent, int64, err
 	return out, r.Header.Revision, nil
 }
 
-// watchAgents watches agent records after revision rev.
+// watchAgents watches agent records after revision rev, on a watch
+// stream of its own (recordsStream).
 func (s *EtcdStore) watchAgents(ctx context.Context, rev int64) clientv3.WatchChan {
-	return s.cli.Watch(clientv3.WithRequireLeader(ctx), keyAgents, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	return s.cli.Watch(recordsStream(ctx), keyAgents, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+}
+
+// requestRecordsProgress asks the watch of agent records to say how far it
+// got.
+func (s *EtcdStore) requestRecordsProgress(ctx context.Context) error {
+	return s.cli.RequestProgress(recordsStream(ctx))
+}
+
+// recordsStream gives ctx the metadata that puts the watch of agent
+// records on a gRPC watch stream of its own: the client shares a stream
+// between watches of the same metadata, and etcd answers a progress
+// request only once every watch on the stream is synced (a watch of the
+// event log started at the next revision is not, until an event comes).
+func recordsStream(ctx context.Context) context.Context {
+	return metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx), "baton-watch", "agent-records")
 }
 
 // revision is etcd's current revision.
