@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -164,6 +167,14 @@ type ControlPlane struct {
 	// findings are the agents' open findings (findings.go).
 	findings findingSet
 
+	// recorded is, per agent, the etcd revision of the last record a
+	// follower made that was merged (replicas.go).
+	recorded map[string]int64
+	// watchedRev: the watch of agent records delivered every revision up
+	// to it; syncWaits counts syncRecorded's waits for it (tests).
+	watchedRev int64
+	syncWaits  atomic.Int64
+
 	byp           *bypass // bypass detection (bypass.go)
 	bypassMetrics *bypassMetrics
 }
@@ -176,10 +187,8 @@ type run struct {
 	reason  string
 }
 
-// New loads the state from the store, rolls back any cutover a previous
-// process left in flight, restarts replication of managed topics and
-// publishes the routes.
-func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
+// newConfig is the defaults with opts applied.
+func newConfig(opts []Opt) config {
 	cfg := config{guard: NoGuard{}, fence: NoFence{}, lease: migration.DefaultLease, forward: migration.DefaultForwardDeadline,
 		timeout: DefaultCutoverTimeout, poll: DefaultPollInterval, guardResync: DefaultGuardResync, log: slog.Default(), now: time.Now,
 		latencyRefresh: DefaultLatencyRefresh,
@@ -187,6 +196,14 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
+	return cfg
+}
+
+// New loads the state from the store, rolls back any cutover a previous
+// process left in flight, restarts replication of managed topics and
+// publishes the routes.
+func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
+	cfg := newConfig(opts)
 	switch {
 	case cfg.store == nil:
 		return nil, fmt.Errorf("%w: a store is required", ErrBadConfig)
@@ -221,7 +238,7 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 		topics: map[string]*Topic{}, agents: map[string]*Agent{}, dirty: map[string]bool{},
 		runs: map[string]*run{}, changed: make(chan struct{}),
 		guards: map[string]*guardRestore{}, wakeGuards: make(chan struct{}, 1), latency: map[string]pushedLatency{},
-		byp: newBypass(), bypassMetrics: bm}
+		recorded: map[string]int64{}, byp: newBypass(), bypassMetrics: bm}
 	cp.gateChecks = cp.gates()
 	cp.findings.open, cp.findings.started = map[findingKey]*Finding{}, cp.now()
 	if err := cfg.registry.Register(findingsCollector{cp}); err != nil {
@@ -233,8 +250,30 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 		return nil, err
 	}
 	cp.version = version
+	var agentsRev int64
+	if es := cp.replicaStore(); es != nil {
+		// The records followers made count too, and are watched from the
+		// revision read at on.
+		recs, rev, err := es.readAgents(ctx)
+		if err != nil {
+			return nil, err
+		}
+		agents, agentsRev, cp.watchedRev = agents[:0], rev, rev
+		// The profiles the last leader pushed, which the followers push:
+		// pushed the same until measured again.
+		st, err := es.loadRouteState(ctx)
+		if err != nil {
+			return nil, err
+		}
+		cp.latency = st.latency
+		for _, r := range recs {
+			agents = append(agents, r.Agent)
+			cp.recorded[r.Node] = r.rev
+		}
+	}
 	start := cp.now()
 	for _, a := range agents {
+		a.Report = nil
 		// Grants given after the last flush were not stored: until proven
 		// otherwise every known agent may have been granted a lease at
 		// any moment up to now. That includes an agent stored with no
@@ -262,6 +301,10 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 			"writing the destination directly diverges it, and its cutover is then refused. Enable an authorizer on the " +
 			"destination (with SASL for the replicator) to have Baton deny such writes")
 	}
+	if es := cp.replicaStore(); es != nil {
+		cp.wg.Add(1)
+		go func() { defer cp.wg.Done(); cp.watchRecorded(es, agentsRev) }()
+	}
 	cp.wg.Add(2)
 	go func() { defer cp.wg.Done(); cp.guardLoop() }()
 	go func() { defer cp.wg.Done(); cp.bypassLoop() }()
@@ -276,6 +319,14 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 		co := Cutover{Attempt: t.Attempts, Actor: ActorControlPlane}
 		if t.Cutover != nil {
 			co = *t.Cutover
+		}
+		// COMPLETE only before the deadline, as the cutover itself would.
+		if co.Step == StepDone && cp.now().Before(co.Deadline) {
+			if err := cp.resume(ctx, t.Name, co); err != nil {
+				cp.Close()
+				return nil, err
+			}
+			continue
 		}
 		cp.event(ctx, Event{Topic: t.Name, Kind: EventRecovered, Actor: ActorControlPlane, Attempt: co.Attempt,
 			StartedAt: co.StartedAt, Reason: fmt.Sprintf("found MIGRATING at step %q after a restart; rolling back", co.Step)})
@@ -349,7 +400,9 @@ func (cp *ControlPlane) dropSourceBatches(ctx context.Context) {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	for _, t := range cp.topics {
-		if len(t.SourceBatches) == 0 || cp.now().Before(t.SourceBatchesUntil) {
+		// A MIGRATING topic at StepDone holds its batches for COMPLETE;
+		// no one but its cutover writes it.
+		if t.State != migration.Complete || len(t.SourceBatches) == 0 || cp.now().Before(t.SourceBatchesUntil) {
 			continue
 		}
 		nt := *t
@@ -397,11 +450,12 @@ func copyAgent(a *Agent) Agent {
 	return c
 }
 
-// route renders a topic as its TopicRoute.
-func (cp *ControlPlane) route(t *Topic) *batonv1.TopicRoute {
+// renderRoute renders a topic as its TopicRoute: forward is the control
+// plane's F, lat the topic's pushed destination latency profile (nil: none).
+func renderRoute(t *Topic, forward time.Duration, lat *batonv1.LatencyProfile) *batonv1.TopicRoute {
 	r := &batonv1.TopicRoute{Topic: t.Name, State: t.State.Proto(), Version: t.Version,
 		SourceCluster: t.Source, DestinationCluster: t.Destination,
-		HoldMax: durationpb.New(cmp(t.HoldMax, migration.DefaultHoldMax)), ForwardDeadline: durationpb.New(cmp(t.ForwardDeadline, cp.cfg.forward))}
+		HoldMax: durationpb.New(cmp(t.HoldMax, migration.DefaultHoldMax)), ForwardDeadline: durationpb.New(cmp(t.ForwardDeadline, forward))}
 	if mode, err := migration.ParseHoldMode(t.Mode); err == nil {
 		r.Mode = mode.Proto() // validated when the topic was added
 	}
@@ -413,9 +467,14 @@ func (cp *ControlPlane) route(t *Topic) *batonv1.TopicRoute {
 		r.Shadow = &batonv1.ShadowFeatures{LatencyEmulation: s.LatencyEmulation, AuthCheck: s.AuthCheck,
 			AuthEnforce: s.AuthEnforce, Tagging: s.Tagging, Headroom: s.Headroom}
 	}
-	r.DestinationLatency = cp.latencyProfileLocked(t)
+	r.DestinationLatency = lat
 	r.SourceFenced = t.FenceAtCutover
 	return r
+}
+
+// route renders t as this control plane pushes it. cp.mu is held.
+func (cp *ControlPlane) route(t *Topic) *batonv1.TopicRoute {
+	return renderRoute(t, cp.cfg.forward, latencyProfile(t, cp.latency))
 }
 
 func cmp(d, def time.Duration) time.Duration {
@@ -425,23 +484,24 @@ func cmp(d, def time.Duration) time.Duration {
 	return def
 }
 
-// publishLocked pushes every route at the current version. cp.mu is held.
-func (cp *ControlPlane) publishLocked() {
-	res := xds.Resources{Version: cp.version, Targets: map[string]xds.Target{},
-		Clusters: []*batonv1.Cluster{cp.cfg.source, cp.cfg.dest}}
-	names := make([]string, 0, len(cp.topics))
-	for n := range cp.topics {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		t := cp.topics[n]
-		res.Routes = append(res.Routes, cp.route(t))
+// renderResources is every route at version, as the leader and the
+// followers publish them alike.
+func renderResources(version uint64, topics map[string]*Topic, latency map[string]pushedLatency, forward time.Duration,
+	clusters ...*batonv1.Cluster) xds.Resources {
+	res := xds.Resources{Version: version, Targets: map[string]xds.Target{}, Clusters: clusters}
+	for _, n := range slices.Sorted(maps.Keys(topics)) {
+		t := topics[n]
+		res.Routes = append(res.Routes, renderRoute(t, forward, latencyProfile(t, latency)))
 		if len(t.Target.Namespaces)+len(t.Target.Workloads) > 0 {
 			res.Targets[n] = t.Target
 		}
 	}
-	cp.cfg.xds.Update(res)
+	return res
+}
+
+// publishLocked pushes every route at the current version. cp.mu is held.
+func (cp *ControlPlane) publishLocked() {
+	cp.cfg.xds.Update(renderResources(cp.version, cp.topics, cp.latency, cp.cfg.forward, cp.cfg.source, cp.cfg.dest))
 }
 
 // commitLocked stores t (or its removal) at the next config version and
@@ -697,7 +757,7 @@ func (cp *ControlPlane) Heartbeat(ctx context.Context, req *batonv1.HeartbeatReq
 	}
 	prevExpires := a.ExpiresAt
 	a.Namespace, a.Workload, a.AckedVersion, a.LastHeartbeat = req.GetNamespace(), req.GetWorkload(), req.GetAckedVersion(), now
-	a.Topics = drainReports(req.GetTopics())
+	a.Topics, a.Replica = drainReports(req.GetTopics()), cp.cfg.replica
 	resp := &batonv1.HeartbeatResponse{Lease: durationpb.New(cp.cfg.lease), RequiredVersion: cp.version,
 		ForwardDeadline: durationpb.New(cp.cfg.forward), ServerTime: timestamppb.New(now)}
 	if req.GetAckedVersion() < cp.version {
@@ -706,7 +766,7 @@ func (cp *ControlPlane) Heartbeat(ctx context.Context, req *batonv1.HeartbeatReq
 	} else {
 		a.Refused = ""
 		// Never earlier than a grant counted at a takeover (New).
-		a.GrantedAt, a.Replica = maxTime(a.GrantedAt, now), cp.cfg.replica
+		a.GrantedAt = maxTime(a.GrantedAt, now)
 		a.ExpiresAt = a.GrantedAt.Add(cp.cfg.lease)
 		resp.Granted, resp.GrantedAt, resp.ExpiresAt = true, timestamppb.New(now), timestamppb.New(a.ExpiresAt)
 	}

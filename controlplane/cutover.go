@@ -170,6 +170,20 @@ func (cp *ControlPlane) cutover(ctx context.Context, name string, co Cutover, r 
 	}
 }
 
+// StepDone is the stored step of a cutover whose every step but storing
+// COMPLETE is done: the agents drained, the destination holds every
+// record up to the source's end offsets, replication stopped there (its
+// last idempotent batches stored with the step) and the write guard is
+// lifted. A control plane that finds a topic MIGRATING at this step before
+// its deadline completes it; at any other step, or later, it rolls it
+// back.
+const StepDone = "complete"
+
+// StepRollingBack is stored, over StepDone, by a rollback before it
+// stores PROXY: such an attempt is never completed by a control plane
+// taking over.
+const StepRollingBack = "rolling-back"
+
 // setStep stores the running cutover's step, with what also changes of
 // the topic (nothing of its route: the version stays).
 func (cp *ControlPlane) setStep(ctx context.Context, name, step string, also ...func(*Topic)) error {
@@ -235,6 +249,11 @@ func (cp *ControlPlane) cutoverSteps(ctx context.Context, name string, co Cutove
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	// Step 2: every agent drained at >= v, or silent past grant + lease + F.
+	// Leases other replicas granted before MIGRATING was stored are all
+	// in etcd by now; read them first.
+	if err := cp.syncRecorded(dctx); err != nil {
+		return step("reading the leases other replicas granted", err)
+	}
 	waiting, drained, expired := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	err := cp.wait(ctx, co.Deadline, "waiting for agents", func() (bool, string, error) {
 		pending := cp.pendingAgents(name, co.Version)
@@ -332,6 +351,11 @@ func (cp *ControlPlane) cutoverSteps(ctx context.Context, name string, co Cutove
 		return step("lifting the destination write guard", err)
 	}
 	ev(EventGuardLifted, "", "producers may write the topic on the destination")
+	// Every step but COMPLETE is done: a leader that takes over from here
+	// stores COMPLETE with these batches instead of rolling back (New).
+	if err := cp.setStep(dctx, name, StepDone, func(t *Topic) { t.SourceBatches = recent }); err != nil {
+		return step("storing the step", err)
+	}
 
 	// Step 5: COMPLETE at v+1, unless aborted meanwhile.
 	cp.mu.Lock()
@@ -358,6 +382,27 @@ func (cp *ControlPlane) cutoverSteps(ctx context.Context, name string, co Cutove
 	return nil
 }
 
+// resume stores COMPLETE for a cutover a control plane that stopped left
+// at StepDone: every step was done, so nothing is left to undo and
+// producers held since get the destination.
+func (cp *ControlPlane) resume(ctx context.Context, name string, co Cutover) error {
+	cp.event(ctx, Event{Topic: name, Kind: EventRecovered, Actor: ActorControlPlane, Attempt: co.Attempt, StartedAt: co.StartedAt,
+		Reason: "found MIGRATING after a restart with every step done (agents drained, replication stopped at the source's " +
+			"end offsets, the write guard lifted); storing COMPLETE"})
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	t := *cp.topics[name]
+	t.State, t.Cutover, t.CompletedAt = migration.Complete, nil, cp.now()
+	t.SourceBatchesUntil = cp.now().Add(SourceBatchesKept)
+	if err := cp.commitLocked(ctx, t, false); err != nil {
+		return fmt.Errorf("controlplane: completing %s after a restart: %w", name, err)
+	}
+	cp.event(ctx, Event{Topic: name, Kind: EventCompleted, From: migration.Migrating.String(), To: migration.Complete.String(),
+		Actor: ActorControlPlane, Attempt: co.Attempt, Version: cp.version, StartedAt: co.StartedAt,
+		Reason: fmt.Sprintf("cutover took %v, finished by a control plane that took over", cp.now().Sub(co.StartedAt).Round(time.Millisecond))})
+	return nil
+}
+
 // rollback returns a MIGRATING topic to PROXY: PROXY at the next version,
 // replication restarted at normal priority, and the destination write
 // guard restored in the background. It never waits for the destination:
@@ -377,8 +422,23 @@ func (cp *ControlPlane) rollback(ctx context.Context, name string, co Cutover, k
 		cp.mu.Unlock()
 		return nil
 	}
+	if t.Cutover != nil && t.Cutover.Step == StepDone {
+		// First, durably: this attempt is rolled back, so that no control
+		// plane taking over completes it (New) should PROXY fail below.
+		mt, co := *t, *t.Cutover
+		co.Step = StepRollingBack
+		mt.Cutover = &co
+		if err := cp.store.PutTopic(ctx, mt, cp.version); err != nil {
+			cp.mu.Unlock()
+			return err
+		}
+		cp.topics[name] = &mt
+		t = &mt
+	}
 	nt := *t
 	nt.State, nt.Cutover = migration.Proxy, nil
+	// Stored with StepDone for COMPLETE; a PROXY route carries none.
+	nt.SourceBatches, nt.SourceBatchesUntil = nil, time.Time{}
 	err := cp.commitLocked(ctx, nt, false)
 	v := cp.version
 	cp.mu.Unlock()

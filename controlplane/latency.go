@@ -85,9 +85,19 @@ func (cp *ControlPlane) latencyLoop(src LatencySource) {
 // at the current version, the ones that changed materially.
 func (cp *ControlPlane) refreshLatency(src LatencySource) {
 	now := cp.now()
+	changed := map[string]pushedLatency{}
+	defer func() {
+		// Followers push what the leader pushed (follower.go).
+		if es := cp.replicaStore(); es != nil && len(changed) > 0 {
+			ctx, cancel := context.WithTimeout(cp.ctx, cp.cfg.latencyRefresh)
+			defer cancel()
+			if err := es.putLatency(ctx, changed); err != nil {
+				cp.log.Debug("recording latency profiles for the followers", "err", err)
+			}
+		}
+	}()
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
-	changed := false
 	for name := range cp.latency {
 		if _, ok := cp.topics[name]; !ok {
 			delete(cp.latency, name) // removed: nothing renders it
@@ -106,9 +116,9 @@ func (cp *ControlPlane) refreshLatency(src LatencySource) {
 			continue
 		}
 		cp.latency[name] = pushedLatency{P50: m.P50, P99: m.P99, Samples: m.Samples, At: now}
-		changed = true
+		changed[name] = cp.latency[name]
 	}
-	if changed {
+	if len(changed) > 0 {
 		cp.publishLocked()
 	}
 }
@@ -134,12 +144,12 @@ func needsLatency(t *Topic) bool {
 }
 
 // latencyProfile is what topic t's route carries: a profile only when it
-// needs one (needsLatency). cp.mu is held.
-func (cp *ControlPlane) latencyProfileLocked(t *Topic) *batonv1.LatencyProfile {
+// needs one (needsLatency) and one was measured.
+func latencyProfile(t *Topic, latency map[string]pushedLatency) *batonv1.LatencyProfile {
 	if !needsLatency(t) {
 		return nil
 	}
-	l, ok := cp.latency[t.Name]
+	l, ok := latency[t.Name]
 	if !ok {
 		return nil
 	}
@@ -151,7 +161,7 @@ func (cp *ControlPlane) destinationLatency(name string) *DestinationLatency {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	t, ok := cp.topics[name]
-	if !ok || cp.latencyProfileLocked(t) == nil {
+	if !ok || latencyProfile(t, cp.latency) == nil {
 		return nil
 	}
 	l := cp.latency[name]

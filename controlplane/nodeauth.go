@@ -83,12 +83,14 @@ type nodeAuth struct {
 
 // ServerOptions returns the gRPC server options the control plane's checks
 // need (NodeIdentity's interceptors); none without them.
-func (cp *ControlPlane) ServerOptions() []grpc.ServerOption {
-	a := cp.cfg.nodeAuth
+func (cp *ControlPlane) ServerOptions() []grpc.ServerOption { return cp.cfg.serverOptions(cp.log) }
+
+func (c *config) serverOptions(log *slog.Logger) []grpc.ServerOption {
+	a := c.nodeAuth
 	if a == nil {
 		return nil
 	}
-	a.log = cp.log
+	a.log = log
 	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(a.unary), grpc.ChainStreamInterceptor(a.stream)}
 }
 

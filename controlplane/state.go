@@ -72,6 +72,10 @@ var (
 	// ErrNotLeader: this control plane's leader term ended (another
 	// replica was elected): it wrote nothing and must stop.
 	ErrNotLeader = errors.New("controlplane: not the leader")
+	// ErrVersionMoved: a follower's lease grant was not recorded, because
+	// the config version changed since the follower read it; the agent
+	// must apply the new routes first.
+	ErrVersionMoved = errors.New("controlplane: the config version moved")
 	// ErrNotReady: the replicator has not set the topic up yet.
 	ErrNotReady = errors.New("controlplane: replication of the topic is not ready")
 	// errTimedOut: a cutover wait passed the deadline.

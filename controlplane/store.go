@@ -393,6 +393,7 @@ func (s *EtcdStore) PutTopic(ctx context.Context, t Topic, version uint64) error
 func (s *EtcdStore) DeleteTopic(ctx context.Context, name string, version uint64) error {
 	err := s.write(ctx,
 		clientv3.OpDelete(keyTopics+name),
+		clientv3.OpDelete(keyLatency+name),
 		clientv3.OpPut(keyVersion, strconv.FormatUint(version, 10)),
 	)
 	if err != nil {

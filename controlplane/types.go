@@ -95,8 +95,12 @@ type Agent struct {
 	ExpiresAt     time.Time             `json:"expiresAt"`
 	Topics        map[string]TopicDrain `json:"topics,omitempty"`
 	Refused       string                `json:"refused,omitempty"`
-	// Replica is the control-plane replica that granted the lease.
+	// Replica is the control-plane replica the agent last reported to;
+	// it granted the lease, if the agent holds one.
 	Replica string `json:"replica,omitempty"`
+	// Report is, in a record a follower made, the writes and findings the
+	// heartbeat carried (an encoded HeartbeatRequest), for the leader.
+	Report []byte `json:"report,omitempty"`
 }
 
 // AgentView is an agent as `baton agents` shows it: its lease and its xDS

@@ -165,7 +165,8 @@ type Client struct {
 	vers map[string]map[string]string
 	msgs map[string]map[string]proto.Message
 
-	outage atomic.Bool // a stream ended and none has answered since
+	outage    atomic.Bool  // a stream ended and none has answered since
+	olderSeen atomic.Int64 // route sets older than the ones applied, not applied (tests)
 
 	mu         sync.Mutex
 	acked      uint64
@@ -228,6 +229,16 @@ func (c *Client) Run(ctx context.Context) error {
 		c.setConnected(false)
 		if ctx.Err() != nil {
 			return nil
+		}
+		if errors.Is(err, errOlderRoutes) {
+			// Not an outage: the replica catches up within its watch's
+			// delay.
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(c.cfg.minBackoff):
+			}
+			continue
 		}
 		if time.Since(start) > c.cfg.maxBackoff {
 			backoff = c.cfg.minBackoff
@@ -306,6 +317,23 @@ func (c *Client) stream(ctx context.Context) error {
 	}
 }
 
+// older reports whether TopicRoute version v is below the one applied: a
+// control-plane replica that lags behind the one the client came from
+// (watch delay) sends an older route set. It is not applied: a topic's
+// route never goes back, a MIGRATING one to PROXY say. State of the world
+// acknowledges it (the next response holds every route anyway); delta
+// starts the stream again (errOlderRoutes).
+func (c *Client) older(v uint64) bool {
+	acked := c.AckedVersion()
+	if v >= acked {
+		return false
+	}
+	c.olderSeen.Add(1)
+	c.cfg.log.Info("routes older than the ones applied: kept the applied ones (a control-plane replica behind the last one; "+
+		"if the control plane's state was reset, restart the agent)", "node", c.node.GetId(), "version", v, "applied", acked)
+	return true
+}
+
 // apply decodes and applies one response, and returns its ACK or NACK.
 func (c *Client) apply(resp *discovery.DiscoveryResponse) *discovery.DiscoveryRequest {
 	req := &discovery.DiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResponseNonce: resp.GetNonce()}
@@ -340,6 +368,9 @@ func (c *Client) applyErr(resp *discovery.DiscoveryResponse) error {
 		v, err := ParseVersion(resp.GetVersionInfo())
 		if err != nil {
 			return err
+		}
+		if c.older(v) {
+			return nil
 		}
 		routes := make([]*batonv1.TopicRoute, 0, len(resp.GetResources()))
 		for i, a := range resp.GetResources() {
@@ -406,6 +437,15 @@ func (c *Client) streamDelta(ctx context.Context) error {
 			return err
 		}
 		c.streamUp()
+		if resp.GetTypeUrl() == TopicRouteType {
+			if v, err := ParseVersion(resp.GetSystemVersionInfo()); err == nil && c.older(v) {
+				// An ACK would tell the server the client holds the older
+				// set, and its next deltas would be computed from that
+				// (a route removed meanwhile would never be removed here):
+				// start again, telling it what is held.
+				return errOlderRoutes
+			}
+		}
 		if err := st.Send(c.applyDelta(resp)); err != nil {
 			return err
 		}

@@ -60,6 +60,10 @@ var (
 	ErrBadResource = errors.New("xds: bad resource")
 	// ErrBadVersion is returned for a version_info that is not a uint64.
 	ErrBadVersion = errors.New("xds: bad version")
+	// errOlderRoutes: a delta stream sent routes older than the ones
+	// applied (a control-plane replica lagging behind); the client starts
+	// the stream again, telling the server what it holds.
+	errOlderRoutes = errors.New("xds: the server sent routes older than the ones applied")
 )
 
 // NodeMeta returns an xDS node with Baton's metadata keys set.

@@ -247,3 +247,63 @@ func TestValidateRoute(t *testing.T) {
 		}
 	}
 }
+
+// TestOlderRoutesKept: a client that moves to a replica lagging behind the
+// one it came from is sent an older route set; it keeps the routes it
+// applied (a MIGRATING topic never goes back to PROXY), then applies the
+// lagging replica's next, newer version.
+func TestOlderRoutesKept(t *testing.T) {
+	t.Parallel()
+	for _, p := range protocols {
+		t.Run(p.String(), func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			ahead, behind := NewServer(), NewServer()
+			ahead.Update(res(2, batonv1.State_STATE_MIGRATING, nil))
+			behind.Update(res(1, batonv1.State_STATE_PROXY, nil))
+			addrA, gA, err := serveAt(t, "127.0.0.1:0", func(g *grpc.Server) { ahead.Register(g) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			addrB, _, err := serveAt(t, "127.0.0.1:0", func(g *grpc.Server) { behind.Register(g) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			target, opts := ReplicasTarget([]string{addrA, addrB})
+			conn, err := grpc.NewClient(target, append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			var applied []uint64
+			var mu sync.Mutex
+			c, sn := startClient(t, ctx, conn, p, "r", "ns", func(v uint64) error {
+				mu.Lock()
+				defer mu.Unlock()
+				applied = append(applied, v)
+				return nil
+			})
+			if err := c.WaitVersion(ctx, 2); err != nil {
+				t.Fatal(err)
+			}
+			gA.Stop()
+			waitFor(t, ctx, "the lagging replica's version 1 received", func() bool { return c.olderSeen.Load() > 0 })
+			if got := sn.get("orders").GetState(); got != batonv1.State_STATE_MIGRATING || c.AckedVersion() != 2 {
+				t.Fatalf("after the older version: orders %v, acked %d; want MIGRATING kept at 2", got, c.AckedVersion())
+			}
+			behind.Update(res(3, batonv1.State_STATE_COMPLETE, nil))
+			if err := c.WaitVersion(ctx, 3); err != nil {
+				t.Fatal(err)
+			}
+			if got := sn.get("orders").GetState(); got != batonv1.State_STATE_COMPLETE {
+				t.Errorf("after version 3: orders %v", got)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(applied) != 2 || applied[0] != 2 || applied[1] != 3 {
+				t.Errorf("versions applied: %v, want [2 3]", applied)
+			}
+		})
+	}
+}

@@ -26,6 +26,7 @@ import (
 	"github.com/baton-kafka/baton/internal/keypair"
 	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/replicator"
+	"github.com/baton-kafka/baton/xds"
 )
 
 func newControlPlaneCmd() *cobra.Command {
@@ -51,9 +52,10 @@ an external cluster), and replicates managed topics from --source to
 --destination in process.
 
 On an external etcd, replicas of the control plane elect a leader: each one
-started with the same --etcd-endpoints campaigns, and only the one elected
-serves (xDS, leases, the HTTP API, replication); the others wait, and one of
-them takes over within --leader-ttl of the leader dying. Give agents every
+started with the same --etcd-endpoints serves xDS and leases on --grpc from
+the state it watches in etcd and campaigns; the one elected also runs
+cutovers, the HTTP API and replication, and one of the others takes over
+within --leader-ttl of it dying. Give agents and replicator workers every
 replica's --grpc address. A leader that loses its etcd session writes
 nothing more and exits (status 1) for its supervisor to restart it.
 
@@ -122,16 +124,56 @@ allowed to alter and describe ACLs.`,
 				return err
 			}
 			defer store.Close()
-			var lead *controlplane.Leadership
+			clusters := controlplane.Clusters(&batonv1.Cluster{Name: "source", Bootstrap: splitList(source)},
+				&batonv1.Cluster{Name: "destination", Bootstrap: splitList(destination)})
+			xs := xds.NewServer(xds.WithLogger(log))
+			// With replicas, every one serves xDS and leases from the
+			// start: as a follower until elected (its gRPC services switch
+			// to the leader's then, on the same connections).
+			var (
+				lead    *controlplane.Leadership
+				g       *grpc.Server
+				gln     net.Listener
+				leaseSw controlplane.LeaseSwitch
+				replSw  controlplane.ReplicationSwitch
+			)
 			if endpoints != "" {
 				if replicaID == "" {
 					host, _ := os.Hostname()
 					replicaID = host + "/" + grpcAddr
 				}
-				log.Info("campaigning for leader: serving once elected", "replica", replicaID, "etcd", endpoints)
-				lead, err = controlplane.Campaign(ctx, store, controlplane.Replica{ID: replicaID, GRPC: grpcAddr, HTTP: httpAddr, Started: time.Now()}, leaderTTL)
+				fol, err := controlplane.NewFollower(ctx, store, append([]controlplane.Opt{controlplane.Logger(log),
+					controlplane.ReplicaID(replicaID), controlplane.WithXDS(xs), clusters,
+					controlplane.LeaseDuration(lease), controlplane.ForwardDeadline(forward)}, nodeOpts...)...)
+				if err != nil {
+					return err
+				}
+				if gln, err = net.Listen("tcp", grpcAddr); err != nil {
+					return fmt.Errorf("--grpc: %w", err)
+				}
+				g = grpc.NewServer(append(fol.ServerOptions(), grpc.Creds(grpcCreds))...)
+				xs.Register(g)
+				batonv1.RegisterLeaseServer(g, &leaseSw)
+				if replication == "workers" {
+					batonv1.RegisterReplicationServer(g, &replSw)
+				}
+				leaseSw.Set(fol)
+				go func() { _ = g.Serve(gln) }()
+				defer g.Stop()
+				fctx, stopFollowing := context.WithCancel(ctx)
+				followed := make(chan struct{})
+				go func() { defer close(followed); _ = fol.Run(fctx) }()
+				log.Info("following: serving xDS and leases from the state in etcd, campaigning for leader",
+					"replica", replicaID, "grpc", gln.Addr().String(), "etcd", endpoints)
+				lead, err = controlplane.Campaign(ctx, store, controlplane.Replica{ID: replicaID, GRPC: gln.Addr().String(),
+					Started: time.Now()}, leaderTTL) // the HTTP API is served once elected
+				// No grant of the follower's after this: the leader's
+				// start reads them all.
+				leaseSw.Set(nil)
+				stopFollowing()
+				<-followed
 				if err != nil && ctx.Err() != nil {
-					return nil // stopped while waiting to lead
+					return nil // stopped while following
 				}
 				if err != nil {
 					return err
@@ -218,21 +260,27 @@ allowed to alter and describe ACLs.`,
 				controlplane.BypassWatch(bypassWatch), controlplane.BypassGrace(bypassGrace),
 				controlplane.ForgottenProducerWindow(forgottenWindow), controlplane.Registry(reg),
 				controlplane.ReplicaID(replicaID), controlplane.TakeoverMargin(takeoverMargin(lead, leaderTTL)),
-				controlplane.Clusters(&batonv1.Cluster{Name: "source", Bootstrap: splitList(source)},
-					&batonv1.Cluster{Name: "destination", Bootstrap: splitList(destination)})}, nodeOpts...)...)
+				controlplane.WithXDS(xs), clusters}, nodeOpts...)...)
 			if err != nil {
 				return err
 			}
-			gln, err := net.Listen("tcp", grpcAddr)
-			if err != nil {
-				return fmt.Errorf("--grpc: %w", err)
+			if g == nil {
+				if gln, err = net.Listen("tcp", grpcAddr); err != nil {
+					return fmt.Errorf("--grpc: %w", err)
+				}
+				g = grpc.NewServer(append(cp.ServerOptions(), grpc.Creds(grpcCreds))...)
+				cp.Register(g)
+				go func() { _ = g.Serve(gln) }()
+			} else {
+				leaseSw.Set(cp)
+				if w, ok := repl.(batonv1.ReplicationServer); ok {
+					replSw.Set(w)
+				}
 			}
 			hln, err := net.Listen("tcp", httpAddr)
 			if err != nil {
 				return fmt.Errorf("--http: %w", err)
 			}
-			g := grpc.NewServer(append(cp.ServerOptions(), grpc.Creds(grpcCreds))...)
-			cp.Register(g)
 			hs := &http.Server{Handler: cp.Handler(), ReadHeaderTimeout: 5 * time.Second, TLSConfig: httpTLS}
 			api := "http://" + hln.Addr().String()
 			serve := func() error { return hs.Serve(hln) }
@@ -252,7 +300,6 @@ allowed to alter and describe ACLs.`,
 				go func() { _ = as.Serve(aln) }()
 				log.Info("admin endpoints", "metrics", "http://"+aln.Addr().String()+"/metrics")
 			}
-			go func() { _ = g.Serve(gln) }()
 			go func() { _ = serve() }()
 			// The replicator stops with the term: a replica that lost the
 			// election copies nothing more once it knows.

@@ -52,7 +52,11 @@ func newControlPlaneStatusCmd() *cobra.Command {
 				if r.ID == st.Leader {
 					role = "leader"
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\n", r.ID, role, r.GRPC, r.HTTP, time.Since(r.Started).Round(time.Second), st.Agents[r.ID])
+				api := r.HTTP
+				if api == "" {
+					api = "-" // a follower serves no HTTP API
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\n", r.ID, role, r.GRPC, api, time.Since(r.Started).Round(time.Second), st.Agents[r.ID])
 			}
 			if n := st.Agents[""]; n > 0 {
 				fmt.Fprintf(w, "(no replica id)\t\t\t\t\t%d\n", n)

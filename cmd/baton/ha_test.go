@@ -26,10 +26,11 @@ import (
 )
 
 // TestReplicasElectOneLeader: three control-plane processes on a
-// three-member etcd: one is elected and serves, the others wait without
-// serving. Two agents given every replica's address produce through PROXY.
-// The leader is killed (SIGKILL) in PROXY: another replica takes over and
-// the agents move to it. A cutover is started on the new leader and held
+// three-member etcd: one is elected and leads, the others follow, serving
+// xDS and leases from etcd. Two agents given every replica's address
+// produce through PROXY, one attached to a follower, one to the leader.
+// The leader is killed (SIGKILL) in PROXY: another replica takes over, the
+// leader's agent moves to a live replica, the follower's stays. A cutover is started on the new leader and held
 // (a third agent was killed: the cutover waits out its lease); that leader
 // is killed too: the last replica rolls the cutover back, and a cutover on
 // it completes with every acked record on the destination. `baton
@@ -102,8 +103,13 @@ func TestReplicasElectOneLeader(t *testing.T) {
 
 	agents := map[string]*agent.Agent{}
 	stops := map[string]func(){}
+	// pod-1 is attached to a follower (r2 first), the others to the leader.
 	for _, node := range []string{"pod-1", "pod-2", "pod-3"} {
-		agents[node], stops[node] = startHAAgent(t, ctx, node, grpcAddrs, src.Addrs(), dst.Addrs())
+		addrs := grpcAddrs
+		if node == "pod-1" {
+			addrs = []string{grpcAddrs[1], grpcAddrs[2], grpcAddrs[0]}
+		}
+		agents[node], stops[node] = startHAAgent(t, ctx, node, addrs, src.Addrs(), dst.Addrs())
 	}
 	_, api1 := leader()
 	if _, err := runCLI("topic", "add", "orders", "--server", api1); err != nil {
@@ -122,8 +128,8 @@ func TestReplicasElectOneLeader(t *testing.T) {
 	for i, p := range producers {
 		t.Logf("producer %d: longest gap between acks across the leader's kill in PROXY: %v", i+1, p.gap().Round(time.Millisecond))
 	}
-	wait.For(t, 30*time.Second, "status: the agents' leases granted by "+second, func() string {
-		if st := status(); st.Agents[second] < 2 || len(st.Replicas) != 2 {
+	wait.For(t, 30*time.Second, "status: every agent's lease granted by a live replica", func() string {
+		if st := status(); st.Agents["r2"]+st.Agents["r3"] < 3 || len(st.Replicas) != 2 {
 			return fmt.Sprintf("%+v", st)
 		}
 		return ""

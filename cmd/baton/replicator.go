@@ -66,12 +66,18 @@ See docs/replicator.md.`,
 					}
 					workerID = fmt.Sprintf("%s/%d", host, os.Getpid())
 				}
-				conn, err := dialControlPlane(controlPlane, &cpTLS)
-				if err != nil {
-					return err
+				// One connection per replica: only the leader leases, and
+				// a follower says so (worker.Replicas moves on).
+				var clients []batonv1.ReplicationClient
+				for _, addr := range splitList(controlPlane) {
+					conn, err := dialControlPlane(addr, &cpTLS)
+					if err != nil {
+						return err
+					}
+					defer conn.Close()
+					clients = append(clients, batonv1.NewReplicationClient(conn))
 				}
-				defer conn.Close()
-				if w, err = worker.New(workerID, batonv1.NewReplicationClient(conn), log); err != nil {
+				if w, err = worker.New(workerID, worker.Replicas(clients...), log); err != nil {
 					return err
 				}
 			case len(ts) == 0:
