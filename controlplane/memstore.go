@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 )
@@ -16,6 +17,7 @@ type MemStore struct {
 	version uint64
 	topics  map[string]Topic
 	agents  map[string]Agent
+	decided map[string]bool
 	events  []Event
 }
 
@@ -23,7 +25,7 @@ var _ Store = (*MemStore)(nil)
 
 // NewMemStore returns an empty MemStore.
 func NewMemStore() *MemStore {
-	return &MemStore{topics: map[string]Topic{}, agents: map[string]Agent{}}
+	return &MemStore{topics: map[string]Topic{}, agents: map[string]Agent{}, decided: map[string]bool{}}
 }
 
 // SetUnavailable makes every write fail with ErrStoreUnavailable (true)
@@ -62,6 +64,24 @@ func (s *MemStore) PutTopic(_ context.Context, t Topic, version uint64) error {
 	defer s.mu.Unlock()
 	s.topics[t.Name], s.version = t, version
 	return nil
+}
+
+// PutTopicUndecided implements Store.
+func (s *MemStore) PutTopicUndecided(_ context.Context, t Topic, version uint64, attempt int, decide bool) (Topic, error) {
+	if s.unavailable.Load() {
+		return Topic{}, ErrStoreUnavailable
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := decidedKey(t.Name, attempt)
+	if s.decided[key] {
+		return s.topics[t.Name], fmt.Errorf("%w: %s attempt %d", ErrDecided, t.Name, attempt)
+	}
+	if decide {
+		s.decided[key] = true
+	}
+	s.topics[t.Name], s.version = t, version
+	return t, nil
 }
 
 // DeleteTopic implements Store.
