@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -92,6 +93,11 @@ func (s *MemStore) DeleteTopic(_ context.Context, name string, version uint64) e
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.topics, name)
+	for key := range s.decided {
+		if strings.HasPrefix(key, keyDecided+name+"/") {
+			delete(s.decided, key)
+		}
+	}
 	s.version = version
 	return nil
 }

@@ -443,6 +443,8 @@ func (s *EtcdStore) DeleteTopic(ctx context.Context, name string, version uint64
 	err := s.write(ctx,
 		clientv3.OpDelete(keyTopics+name),
 		clientv3.OpDelete(keyLatency+name),
+		// Attempts count from 1 again if the topic is added again.
+		clientv3.OpDelete(keyDecided+name+"/", clientv3.WithPrefix()),
 		clientv3.OpPut(keyVersion, strconv.FormatUint(version, 10)),
 	)
 	if err != nil {
