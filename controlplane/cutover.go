@@ -448,7 +448,13 @@ func (cp *ControlPlane) rollback(ctx context.Context, name string, co Cutover, k
 		nt.SourceBatches, nt.SourceBatchesUntil = nil, time.Time{}
 		stored, err = cp.decideLocked(ctx, nt, co.Attempt)
 	}
-	if errors.Is(err, ErrDecided) && stored.Name == name {
+	if errors.Is(err, ErrDecided) && (stored.State == migration.Migrating || stored.Name != name) {
+		// Decided, yet not stored as COMPLETE or PROXY: no write of a
+		// decision left it so. Keep the topic as it is, for an operator.
+		cp.mu.Unlock()
+		return fmt.Errorf("controlplane: %s attempt %d is decided but stored %s: %w", name, co.Attempt, stored.State, err)
+	}
+	if errors.Is(err, ErrDecided) {
 		// Decided by a write that was reported failed but stored: take it.
 		cp.topics[name] = &stored
 		cp.version = max(cp.version, stored.Version)

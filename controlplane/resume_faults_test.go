@@ -336,31 +336,3 @@ func TestAmbiguousCompleteIsKept(t *testing.T) {
 	default:
 	}
 }
-
-// TestReaddedTopicCutsOverAgain: a topic cut over, removed and added
-// again counts its attempts from 1 again; the first attempt's decision
-// (PutTopicUndecided) went with the removal, so the new attempt 1
-// completes too.
-func TestReaddedTopicCutsOverAgain(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts kfake clusters and embedded etcd")
-	}
-	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	k := startKafka(t, ctx)
-	p := startPlane(t, ctx, t.TempDir(), "", k)
-	k.produce(t, ctx, "again", 10)
-	for round := range 2 {
-		if _, err := p.cp.AddTopic(ctx, TopicSpec{Name: "again", State: migration.Proxy}, "test"); err != nil {
-			t.Fatal(err)
-		}
-		migrateWhenGateOpens(t, ctx, p, "again")
-		if top := waitState(t, ctx, p, "again", migration.Complete); top.Attempts != 1 {
-			t.Fatalf("round %d: attempts %d, want 1", round+1, top.Attempts)
-		}
-		if _, err := p.cp.SetState(ctx, "again", migration.Unmanaged, "test"); err != nil {
-			t.Fatal(err)
-		}
-	}
-}

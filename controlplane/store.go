@@ -415,20 +415,22 @@ func (s *EtcdStore) PutTopicUndecided(ctx context.Context, t Topic, version uint
 	if decide {
 		ops = append(ops, clientv3.OpPut(decidedKey(t.Name, attempt), "decided"))
 	}
-	r, err := s.cli.Txn(ctx).
-		If(append(s.fenceCmps(), clientv3.Compare(clientv3.CreateRevision(decidedKey(t.Name, attempt)), "=", 0))...).
-		Then(ops...).
-		Else(clientv3.OpGet(decidedKey(t.Name, attempt)), clientv3.OpGet(keyTopics+t.Name)).Commit()
+	// The leader's term first: a deposed leader is told ErrNotLeader,
+	// whatever was decided.
+	undecided := clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(decidedKey(t.Name, attempt)), "=", 0)},
+		ops, []clientv3.Op{clientv3.OpGet(keyTopics + t.Name)})
+	r, err := s.cli.Txn(ctx).If(s.fenceCmps()...).Then(undecided).Commit()
 	if err != nil {
 		return Topic{}, fmt.Errorf("controlplane: etcd: writing topic %s: %w", t.Name, err)
 	}
-	if r.Succeeded {
+	if !r.Succeeded {
+		return Topic{}, ErrNotLeader
+	}
+	inner := r.Responses[0].GetResponseTxn()
+	if inner.GetSucceeded() {
 		return t, nil
 	}
-	decided, stored := r.Responses[0].GetResponseRange(), r.Responses[1].GetResponseRange()
-	if len(decided.Kvs) == 0 {
-		return Topic{}, ErrNotLeader // the condition that failed is the leader's term
-	}
+	stored := inner.GetResponses()[0].GetResponseRange()
 	var cur Topic
 	if len(stored.Kvs) > 0 {
 		if err := json.Unmarshal(stored.Kvs[0].Value, &cur); err != nil {
