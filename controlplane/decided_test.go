@@ -25,10 +25,10 @@ func noRun(t *testing.T, ctx context.Context, cp *ControlPlane, topic string) {
 
 // TestReaddedTopicCutoverCompletes: a topic is cut over (attempt 1,
 // decision key /baton/decided/<topic>/1 created), removed, and added again
-// under the same name. Its attempt counter starts over (Attempts 0), so its
-// next cutover is attempt 1 again, and the old decision key still exists
-// (DeleteTopic does not delete it). That cutover must complete (or at
-// least end COMPLETE or PROXY), not stay MIGRATING forever.
+// under the same name. Its attempt counter starts over, so its next cutover
+// is attempt 1 again: the removal took the old decision key with it, and
+// that cutover completes, also across a restart, rather than staying
+// MIGRATING for good.
 func TestReaddedTopicCutoverCompletes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts kfake clusters and embedded etcd")
@@ -101,11 +101,9 @@ func (s *startSpy) Start(topic string) error {
 // when A's term ends; B is elected, finds the topic MIGRATING and rolls it
 // back (PROXY, deciding attempt 1). A's cutover then fails (its next step
 // write: ErrNotLeader) and A rolls back too. A's PROXY write fails both
-// compares (the fence and the decision key), and PutTopicUndecided
-// reports ErrDecided, not ErrNotLeader: the deposed A takes it for its own
-// earlier rollback, adopts the state, and restarts replication and the
-// guard restore of the topic, as the leader would. Before the change it
-// got ErrNotLeader and did nothing.
+// conditions (its term and the decision key): it must be told
+// ErrNotLeader, and do nothing more (no replication restarted, no guard
+// restored), not take B's decision for its own earlier rollback.
 func TestDeposedLeaderRollbackIsNotLeader(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts kfake clusters and embedded etcd")
