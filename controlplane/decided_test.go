@@ -48,10 +48,12 @@ func TestReaddedTopicCutoverCompletes(t *testing.T) {
 	if _, err := p.cp.SetState(ctx, "again", migration.Unmanaged, "test"); err != nil {
 		t.Fatal(err)
 	}
+	// Written while the topic is not managed: in PROXY, writes straight to
+	// the source are a forgotten producer's, and the gate refuses.
+	k.produce(t, ctx, "again", 10)
 	if _, err := p.cp.AddTopic(ctx, TopicSpec{Name: "again", State: migration.Proxy}, "test"); err != nil {
 		t.Fatal(err)
 	}
-	k.produce(t, ctx, "again", 10)
 	migrateWhenGateOpens(t, ctx, p, "again")
 	noRun(t, ctx, p.cp, "again")
 	got, _ := p.cp.Topic("again")
