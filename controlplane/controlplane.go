@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -527,6 +528,32 @@ func (cp *ControlPlane) commitLocked(ctx context.Context, t Topic, remove bool) 
 	}
 	cp.publishLocked()
 	return nil
+}
+
+// decideLocked stores t, a MIGRATING topic's COMPLETE or its rollback's
+// PROXY, at the next config version, unless its cutover attempt was
+// decided already (Store.PutTopicUndecided): then it takes the topic as
+// stored (the other decision, by a write that was reported failed but
+// applied) and returns it with ErrDecided. cp.mu is held.
+func (cp *ControlPlane) decideLocked(ctx context.Context, t Topic, attempt int) (Topic, error) {
+	v := cp.version + 1
+	t.UpdatedAt, t.Version = cp.now(), v
+	stored, err := cp.store.PutTopicUndecided(ctx, t, v, attempt, true)
+	if errors.Is(err, ErrDecided) {
+		if stored.Name == t.Name {
+			cp.version = max(cp.version, stored.Version)
+			cp.topics[t.Name] = &stored
+			cp.publishLocked()
+		}
+		return stored, err
+	}
+	if err != nil {
+		return Topic{}, err
+	}
+	cp.version = v
+	cp.topics[t.Name] = &t
+	cp.publishLocked()
+	return t, nil
 }
 
 // event appends e to the log, stamping time; errors are logged.

@@ -371,8 +371,9 @@ func (cp *ControlPlane) cutoverSteps(ctx context.Context, name string, co Cutove
 	// Agents answer a client's retry of one of these from its copy (§9).
 	t.SourceBatches, t.SourceBatchesUntil = recent, cp.now().Add(SourceBatchesKept)
 	// Bounded by the deadline too. A write etcd applies after the client
-	// gave up is never published, and the rollback's PROXY overwrites it.
-	if err := cp.commitLocked(dctx, t, false); err != nil {
+	// gave up is not overwritten: the rollback finds the attempt decided
+	// and takes the COMPLETE (decideLocked).
+	if _, err := cp.decideLocked(dctx, t, co.Attempt); err != nil {
 		return step("storing COMPLETE", err)
 	}
 	delete(cp.runs, name)
@@ -394,7 +395,12 @@ func (cp *ControlPlane) resume(ctx context.Context, name string, co Cutover) err
 	t := *cp.topics[name]
 	t.State, t.Cutover, t.CompletedAt = migration.Complete, nil, cp.now()
 	t.SourceBatchesUntil = cp.now().Add(SourceBatchesKept)
-	if err := cp.commitLocked(ctx, t, false); err != nil {
+	stored, err := cp.decideLocked(ctx, t, co.Attempt)
+	if errors.Is(err, ErrDecided) {
+		cp.log.Warn("the cutover found with every step done was decided already; keeping what is stored", "topic", name, "state", stored.State)
+		return nil
+	}
+	if err != nil {
 		return fmt.Errorf("controlplane: completing %s after a restart: %w", name, err)
 	}
 	cp.event(ctx, Event{Topic: name, Kind: EventCompleted, From: migration.Migrating.String(), To: migration.Complete.String(),
@@ -422,27 +428,51 @@ func (cp *ControlPlane) rollback(ctx context.Context, name string, co Cutover, k
 		cp.mu.Unlock()
 		return nil
 	}
+	var stored Topic
+	var err error
 	if t.Cutover != nil && t.Cutover.Step == StepDone {
 		// First, durably: this attempt is rolled back, so that no control
 		// plane taking over completes it (New) should PROXY fail below.
-		mt, co := *t, *t.Cutover
-		co.Step = StepRollingBack
-		mt.Cutover = &co
-		if err := cp.store.PutTopic(ctx, mt, cp.version); err != nil {
-			cp.mu.Unlock()
-			return err
+		mt, mc := *t, *t.Cutover
+		mc.Step = StepRollingBack
+		mt.Cutover = &mc
+		if stored, err = cp.store.PutTopicUndecided(ctx, mt, cp.version, co.Attempt, false); err == nil {
+			cp.topics[name] = &mt
+			t = &mt
 		}
-		cp.topics[name] = &mt
-		t = &mt
 	}
-	nt := *t
-	nt.State, nt.Cutover = migration.Proxy, nil
-	// Stored with StepDone for COMPLETE; a PROXY route carries none.
-	nt.SourceBatches, nt.SourceBatchesUntil = nil, time.Time{}
-	err := cp.commitLocked(ctx, nt, false)
+	if err == nil {
+		nt := *t
+		nt.State, nt.Cutover = migration.Proxy, nil
+		// Stored with StepDone for COMPLETE; a PROXY route carries none.
+		nt.SourceBatches, nt.SourceBatchesUntil = nil, time.Time{}
+		stored, err = cp.decideLocked(ctx, nt, co.Attempt)
+	}
+	if errors.Is(err, ErrDecided) && (stored.State == migration.Migrating || stored.Name != name) {
+		// Decided, yet not stored as COMPLETE or PROXY: no write of a
+		// decision left it so. Keep the topic as it is, for an operator.
+		cp.mu.Unlock()
+		return fmt.Errorf("controlplane: %s attempt %d is decided but stored %s: %w", name, co.Attempt, stored.State, err)
+	}
+	if errors.Is(err, ErrDecided) {
+		// Decided by a write that was reported failed but stored: take it.
+		cp.topics[name] = &stored
+		cp.version = max(cp.version, stored.Version)
+		cp.publishLocked()
+	}
+	if errors.Is(err, ErrDecided) && stored.State == migration.Complete {
+		// The attempt's COMPLETE was stored: the cutover completed, and
+		// nothing is left to roll back.
+		v := cp.version
+		cp.mu.Unlock()
+		cp.event(ctx, Event{Topic: name, Kind: EventCompleted, From: migration.Migrating.String(), To: migration.Complete.String(),
+			Actor: ActorControlPlane, Attempt: co.Attempt, Version: v, StartedAt: co.StartedAt,
+			Reason: "its COMPLETE, whose write was reported failed, had been stored: the cutover completed"})
+		return nil
+	}
 	v := cp.version
 	cp.mu.Unlock()
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrDecided) { // decided: rolled back already, by a write reported failed
 		return err
 	}
 	e := base

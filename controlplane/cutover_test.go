@@ -234,13 +234,22 @@ func addAndMigrate(t *testing.T, ctx context.Context, p *plane, topic string, ag
 // refuses it (replication of a new topic is not measurable at once).
 func migrateWhenGateOpens(t *testing.T, ctx context.Context, p *plane, topic string) {
 	t.Helper()
-	eventually(t, ctx, "the gate lets "+topic+" migrate", func() bool {
+	var last error
+	for {
 		_, err := p.cp.Migrate(ctx, topic, "test")
-		if err != nil && !errors.Is(err, ErrGateRefused) {
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, ErrGateRefused) {
 			t.Fatal(err)
 		}
-		return err == nil
-	})
+		last = err
+		select {
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting until the gate lets %s migrate; last refusal: %v", topic, last)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 func waitLeases(t *testing.T, ctx context.Context, p *plane, agents ...*standIn) {

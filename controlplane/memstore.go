@@ -2,6 +2,8 @@ package controlplane
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -16,6 +18,7 @@ type MemStore struct {
 	version uint64
 	topics  map[string]Topic
 	agents  map[string]Agent
+	decided map[string]bool
 	events  []Event
 }
 
@@ -23,7 +26,7 @@ var _ Store = (*MemStore)(nil)
 
 // NewMemStore returns an empty MemStore.
 func NewMemStore() *MemStore {
-	return &MemStore{topics: map[string]Topic{}, agents: map[string]Agent{}}
+	return &MemStore{topics: map[string]Topic{}, agents: map[string]Agent{}, decided: map[string]bool{}}
 }
 
 // SetUnavailable makes every write fail with ErrStoreUnavailable (true)
@@ -64,6 +67,24 @@ func (s *MemStore) PutTopic(_ context.Context, t Topic, version uint64) error {
 	return nil
 }
 
+// PutTopicUndecided implements Store.
+func (s *MemStore) PutTopicUndecided(_ context.Context, t Topic, version uint64, attempt int, decide bool) (Topic, error) {
+	if s.unavailable.Load() {
+		return Topic{}, ErrStoreUnavailable
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := decidedKey(t.Name, attempt)
+	if s.decided[key] {
+		return s.topics[t.Name], fmt.Errorf("%w: %s attempt %d", ErrDecided, t.Name, attempt)
+	}
+	if decide {
+		s.decided[key] = true
+	}
+	s.topics[t.Name], s.version = t, version
+	return t, nil
+}
+
 // DeleteTopic implements Store.
 func (s *MemStore) DeleteTopic(_ context.Context, name string, version uint64) error {
 	if s.unavailable.Load() {
@@ -72,6 +93,11 @@ func (s *MemStore) DeleteTopic(_ context.Context, name string, version uint64) e
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.topics, name)
+	for key := range s.decided {
+		if strings.HasPrefix(key, keyDecided+name+"/") {
+			delete(s.decided, key)
+		}
+	}
 	s.version = version
 	return nil
 }

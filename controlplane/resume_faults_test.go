@@ -24,9 +24,10 @@ import (
 // stored.
 type stepDoneFaults struct {
 	Store
-	failComplete bool
-	applyProxy   bool
-	atStepDone   func()
+	failComplete  bool
+	applyComplete bool // COMPLETE applied, and answered with an error
+	applyProxy    bool
+	atStepDone    func()
 
 	mu          sync.Mutex
 	stepDone    bool
@@ -37,20 +38,8 @@ type stepDoneFaults struct {
 var errEtcdDown = errors.New("etcdserver: request timed out (test)")
 
 func (s *stepDoneFaults) PutTopic(ctx context.Context, t Topic, version uint64) error {
-	s.mu.Lock()
-	armed := s.stepDone
-	s.mu.Unlock()
-	switch {
-	case armed && t.State == migration.Complete && s.failComplete:
-		return errEtcdDown
-	case armed && t.State == migration.Proxy:
-		if s.applyProxy {
-			if err := s.Store.PutTopic(ctx, t, version); err != nil {
-				return err
-			}
-		}
-		s.once.Do(func() { close(s.proxyFailed) })
-		return errEtcdDown
+	if err, faulty := s.fault(t, func() error { return s.Store.PutTopic(ctx, t, version) }); faulty {
+		return err
 	}
 	err := s.Store.PutTopic(ctx, t, version)
 	if err == nil && t.State == migration.Migrating && t.Cutover != nil && t.Cutover.Step == StepDone {
@@ -63,6 +52,44 @@ func (s *stepDoneFaults) PutTopic(ctx context.Context, t Topic, version uint64) 
 		}
 	}
 	return err
+}
+
+func (s *stepDoneFaults) PutTopicUndecided(ctx context.Context, t Topic, version uint64, attempt int, decide bool) (Topic, error) {
+	var stored Topic
+	if err, faulty := s.fault(t, func() (err error) {
+		stored, err = s.Store.PutTopicUndecided(ctx, t, version, attempt, decide)
+		return err
+	}); faulty {
+		return stored, err
+	}
+	return s.Store.PutTopicUndecided(ctx, t, version, attempt, decide)
+}
+
+// fault fails a write of COMPLETE or PROXY once StepDone is stored,
+// applying it first (apply) where the test says so; faulty reports whether
+// it did.
+func (s *stepDoneFaults) fault(t Topic, apply func() error) (err error, faulty bool) {
+	s.mu.Lock()
+	armed := s.stepDone
+	s.mu.Unlock()
+	switch {
+	case armed && t.State == migration.Complete && (s.failComplete || s.applyComplete):
+		if s.applyComplete {
+			if err := apply(); err != nil {
+				return err, true
+			}
+		}
+		return errEtcdDown, true
+	case armed && t.State == migration.Proxy:
+		if s.applyProxy {
+			if err := apply(); err != nil {
+				return err, true
+			}
+		}
+		s.once.Do(func() { close(s.proxyFailed) })
+		return errEtcdDown, true
+	}
+	return nil, false
 }
 
 // offsetClock is the wall clock plus an offset a test moves forward.
@@ -263,4 +290,49 @@ func stepOf(t Topic) string {
 		return ""
 	}
 	return t.Cutover.Step
+}
+
+// TestAmbiguousCompleteIsKept: etcd stores a cutover's COMPLETE but the
+// write is answered with an error (the client gave up on it). The
+// rollback that follows must not overwrite it with PROXY: agents of a
+// follower may already route to the destination. It finds the attempt
+// decided, and the control plane takes the COMPLETE.
+func TestAmbiguousCompleteIsKept(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts kfake clusters and embedded etcd")
+	}
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	k := startKafka(t, ctx)
+	st, err := OpenEmbedded(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	faults := &stepDoneFaults{Store: st, applyComplete: true, proxyFailed: make(chan struct{})}
+	cp, err := New(ctx, resumeOpts(k, faults)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cp.Close()
+	k.produce(t, ctx, "amb", 30)
+	if _, err := cp.AddTopic(ctx, TopicSpec{Name: "amb", State: migration.Proxy}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	p := &plane{cp: cp}
+	migrateWhenGateOpens(t, ctx, p, "amb")
+	waitState(t, ctx, p, "amb", migration.Complete)
+	if stored := storedTopic(t, ctx, st, "amb"); stored.State != migration.Complete || len(stored.SourceBatches) == 0 {
+		t.Fatalf("stored: %s with %d source batches; want COMPLETE with the batches", stored.State, len(stored.SourceBatches))
+	}
+	wantEvents(t, ctx, p, "amb", EventInitiated, EventGuardLifted, EventFailed, EventCompleted)
+	if got := kinds(t, ctx, p, "amb"); slices.Contains(got, EventRolledBack) {
+		t.Errorf("rolled back over a stored COMPLETE: %v", eventLines(t, ctx, p, "amb"))
+	}
+	select {
+	case <-faults.proxyFailed:
+		t.Error("the rollback wrote PROXY over the stored COMPLETE")
+	default:
+	}
 }

@@ -76,6 +76,9 @@ var (
 	// the config version changed since the follower read it; the agent
 	// must apply the new routes first.
 	ErrVersionMoved = errors.New("controlplane: the config version moved")
+	// ErrDecided: a cutover attempt's COMPLETE or rollback committed
+	// already; the write that got it wrote nothing.
+	ErrDecided = errors.New("controlplane: the cutover attempt is decided")
 	// ErrNotReady: the replicator has not set the topic up yet.
 	ErrNotReady = errors.New("controlplane: replication of the topic is not ready")
 	// errTimedOut: a cutover wait passed the deadline.

@@ -26,6 +26,15 @@ type Store interface {
 	Load(ctx context.Context) (version uint64, topics []Topic, agents []Agent, err error)
 	// PutTopic writes t and the config version in one transaction.
 	PutTopic(ctx context.Context, t Topic, version uint64) error
+	// PutTopicUndecided writes t and the config version in one
+	// transaction, only if nothing was decided for t's cutover attempt
+	// yet; with decide, it also decides the attempt (t is its COMPLETE or
+	// its rollback's PROXY). Else it writes nothing and returns
+	// ErrDecided with the topic as stored. Exactly one of an attempt's
+	// COMPLETE and its rollback commits, whichever writes first: an
+	// ambiguous write (etcd applied what the client gave up on) cannot be
+	// overwritten by the other.
+	PutTopicUndecided(ctx context.Context, t Topic, version uint64, attempt int, decide bool) (Topic, error)
 	// DeleteTopic removes a topic and writes the config version.
 	DeleteTopic(ctx context.Context, name string, version uint64) error
 	// PutAgents writes agents' lease state.
@@ -46,6 +55,9 @@ const (
 	keyEvents  = "/baton/events/"
 	keyGuard   = "/baton/guard/"
 	keyFence   = "/baton/fence/"
+	// keyDecided + topic/attempt: the attempt's COMPLETE or rollback
+	// committed (PutTopicUndecided).
+	keyDecided = "/baton/decided/"
 )
 
 // EtcdStore is a Store on etcd, embedded or external.
@@ -389,11 +401,52 @@ func (s *EtcdStore) PutTopic(ctx context.Context, t Topic, version uint64) error
 	return nil
 }
 
+func decidedKey(topic string, attempt int) string {
+	return fmt.Sprintf("%s%s/%d", keyDecided, topic, attempt)
+}
+
+// PutTopicUndecided implements Store.
+func (s *EtcdStore) PutTopicUndecided(ctx context.Context, t Topic, version uint64, attempt int, decide bool) (Topic, error) {
+	b, err := json.Marshal(t)
+	if err != nil {
+		return Topic{}, err
+	}
+	ops := []clientv3.Op{clientv3.OpPut(keyTopics+t.Name, string(b)), clientv3.OpPut(keyVersion, strconv.FormatUint(version, 10))}
+	if decide {
+		ops = append(ops, clientv3.OpPut(decidedKey(t.Name, attempt), "decided"))
+	}
+	// The leader's term first: a deposed leader is told ErrNotLeader,
+	// whatever was decided.
+	undecided := clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(decidedKey(t.Name, attempt)), "=", 0)},
+		ops, []clientv3.Op{clientv3.OpGet(keyTopics + t.Name)})
+	r, err := s.cli.Txn(ctx).If(s.fenceCmps()...).Then(undecided).Commit()
+	if err != nil {
+		return Topic{}, fmt.Errorf("controlplane: etcd: writing topic %s: %w", t.Name, err)
+	}
+	if !r.Succeeded {
+		return Topic{}, ErrNotLeader
+	}
+	inner := r.Responses[0].GetResponseTxn()
+	if inner.GetSucceeded() {
+		return t, nil
+	}
+	stored := inner.GetResponses()[0].GetResponseRange()
+	var cur Topic
+	if len(stored.Kvs) > 0 {
+		if err := json.Unmarshal(stored.Kvs[0].Value, &cur); err != nil {
+			return Topic{}, fmt.Errorf("controlplane: bad record %s: %w", stored.Kvs[0].Key, err)
+		}
+	}
+	return cur, fmt.Errorf("%w: %s attempt %d", ErrDecided, t.Name, attempt)
+}
+
 // DeleteTopic implements Store.
 func (s *EtcdStore) DeleteTopic(ctx context.Context, name string, version uint64) error {
 	err := s.write(ctx,
 		clientv3.OpDelete(keyTopics+name),
 		clientv3.OpDelete(keyLatency+name),
+		// Attempts count from 1 again if the topic is added again.
+		clientv3.OpDelete(keyDecided+name+"/", clientv3.WithPrefix()),
 		clientv3.OpPut(keyVersion, strconv.FormatUint(version, 10)),
 	)
 	if err != nil {
