@@ -34,19 +34,7 @@ func TestFollowerRecordDropsAckedEnds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	etcd, err := OpenEmbedded(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = etcd.Close() })
-	ls, err := OpenEtcd(ctx, etcd.Endpoints())
-	if err != nil {
-		t.Fatal(err)
-	}
-	fs, err := OpenEtcd(ctx, etcd.Endpoints())
-	if err != nil {
-		t.Fatal(err)
-	}
+	ls, fs := replicaStores(t, ctx)
 	p := startPlaneStore(t, ctx, ls, "", k, ReplicaID("L"))
 	f, _ := startFollower(t, ctx, fs, k, "F")
 	if _, err := p.cp.AddTopic(ctx, TopicSpec{Name: topic, State: migration.Proxy}, "test"); err != nil {

@@ -55,19 +55,7 @@ func TestFollowerGrantLostBehindLaterRecord(t *testing.T) {
 	defer cancel()
 	const lease = 30 * time.Second // n's lease outlasts the test
 	k := startKafka(t, ctx)
-	etcd, err := OpenEmbedded(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = etcd.Close() })
-	ls, err := OpenEtcd(ctx, etcd.Endpoints())
-	if err != nil {
-		t.Fatal(err)
-	}
-	fs, err := OpenEtcd(ctx, etcd.Endpoints())
-	if err != nil {
-		t.Fatal(err)
-	}
+	ls, fs := replicaStores(t, ctx)
 	gate := newWatchGate()
 	p := startPlaneStore(t, ctx, ls, "", k, ReplicaID("L"), Clock(gate.now), LeaseDuration(lease))
 	// Registered after the plane's cleanup, so it runs first: the plane

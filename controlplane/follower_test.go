@@ -13,6 +13,25 @@ import (
 	"github.com/baton-kafka/baton/migration"
 )
 
+// replicaStores starts an embedded etcd that outlives the test's replicas
+// and returns a client of it for the leader and one for a follower (each
+// replica has its own; the plane or follower using one closes it).
+func replicaStores(t *testing.T, ctx context.Context) (leader, follower *EtcdStore) {
+	t.Helper()
+	etcd, err := OpenEmbedded(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = etcd.Close() })
+	if leader, err = OpenEtcd(ctx, etcd.Endpoints()); err != nil {
+		t.Fatal(err)
+	}
+	if follower, err = OpenEtcd(ctx, etcd.Endpoints()); err != nil {
+		t.Fatal(err)
+	}
+	return leader, follower
+}
+
 // startFollower serves a follower on st (which it closes) until the test
 // ends; it returns the follower and its gRPC address. opts come last.
 func startFollower(t *testing.T, ctx context.Context, st *EtcdStore, k *kafkaEnv, id string, opts ...Opt) (*Follower, string) {
@@ -52,20 +71,7 @@ func TestFollowerServesLeasesTheLeaderWaitsFor(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	k := startKafka(t, ctx)
-	// etcd outlives the leader: each replica has a client of its own.
-	etcd, err := OpenEmbedded(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = etcd.Close() })
-	ls, err := OpenEtcd(ctx, etcd.Endpoints())
-	if err != nil {
-		t.Fatal(err)
-	}
-	fs, err := OpenEtcd(ctx, etcd.Endpoints())
-	if err != nil {
-		t.Fatal(err)
-	}
+	ls, fs := replicaStores(t, ctx)
 	p := startPlaneStore(t, ctx, ls, "", k, ReplicaID("L"))
 	_, faddr := startFollower(t, ctx, fs, k, "F")
 	onLeader, onFollower := startAgent(t, ctx, p.addr, "on-leader"), startAgent(t, ctx, faddr, "on-follower")

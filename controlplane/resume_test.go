@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/migration"
 )
 
@@ -48,13 +47,8 @@ func TestTakeoverCompletesACutoverWithEveryStepDone(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	opts := func(s Store) []Opt {
-		return []Opt{WithStore(s), WithReplication(k.repl), LeaseDuration(tLease), ForwardDeadline(tForward),
-			CutoverTimeout(tTimeout), Logger(quiet),
-			Clusters(&batonv1.Cluster{Name: "source", Bootstrap: k.src.Addrs()}, &batonv1.Cluster{Name: "destination", Bootstrap: k.dst.Addrs()})}
-	}
 	paused := &pauseAtStep{Store: st, step: StepDone, reached: make(chan struct{}), release: make(chan struct{})}
-	first, err := New(ctx, opts(paused)...)
+	first, err := New(ctx, resumeOpts(k, paused)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +79,7 @@ func TestTakeoverCompletesACutoverWithEveryStepDone(t *testing.T) {
 	}
 	batches := topics[i].SourceBatches
 
-	second, err := New(ctx, opts(st)...)
+	second, err := New(ctx, resumeOpts(k, st)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,19 +55,7 @@ func TestSyncRecordedCoversEveryGrant(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	k := startKafka(t, ctx)
-	etcd, err := OpenEmbedded(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = etcd.Close() })
-	ls, err := OpenEtcd(ctx, etcd.Endpoints())
-	if err != nil {
-		t.Fatal(err)
-	}
-	fs, err := OpenEtcd(ctx, etcd.Endpoints())
-	if err != nil {
-		t.Fatal(err)
-	}
+	ls, fs := replicaStores(t, ctx)
 	f, _ := startFollower(t, ctx, fs, k, "F")
 
 	const fillers = 1001
