@@ -540,10 +540,8 @@ func (cp *ControlPlane) decideLocked(ctx context.Context, t Topic, attempt int) 
 	t.UpdatedAt, t.Version = cp.now(), v
 	stored, err := cp.store.PutTopicUndecided(ctx, t, v, attempt, true)
 	if errors.Is(err, ErrDecided) {
-		if stored.Name == t.Name {
-			cp.version = max(cp.version, stored.Version)
-			cp.topics[t.Name] = &stored
-			cp.publishLocked()
+		if decision(stored, t.Name) {
+			cp.adoptLocked(stored)
 		}
 		return stored, err
 	}
@@ -554,6 +552,20 @@ func (cp *ControlPlane) decideLocked(ctx context.Context, t Topic, attempt int) 
 	cp.topics[t.Name] = &t
 	cp.publishLocked()
 	return t, nil
+}
+
+// decision reports whether stored, found by a write refused with
+// ErrDecided, is what a decision of topic name leaves: COMPLETE or PROXY.
+func decision(stored Topic, name string) bool {
+	return stored.Name == name && (stored.State == migration.Complete || stored.State == migration.Proxy)
+}
+
+// adoptLocked takes a topic as a decision stored it, by a write this
+// control plane was told had failed. cp.mu is held.
+func (cp *ControlPlane) adoptLocked(stored Topic) {
+	cp.version = max(cp.version, stored.Version)
+	cp.topics[stored.Name] = &stored
+	cp.publishLocked()
 }
 
 // event appends e to the log, stamping time; errors are logged.

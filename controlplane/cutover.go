@@ -448,33 +448,27 @@ func (cp *ControlPlane) rollback(ctx context.Context, name string, co Cutover, k
 		nt.SourceBatches, nt.SourceBatchesUntil = nil, time.Time{}
 		stored, err = cp.decideLocked(ctx, nt, co.Attempt)
 	}
-	if errors.Is(err, ErrDecided) && (stored.State == migration.Migrating || stored.Name != name) {
-		// Decided, yet not stored as COMPLETE or PROXY: no write of a
-		// decision left it so. Keep the topic as it is, for an operator.
+	switch {
+	case errors.Is(err, ErrDecided) && !decision(stored, name):
 		cp.mu.Unlock()
 		return fmt.Errorf("controlplane: %s attempt %d is decided but stored %s: %w", name, co.Attempt, stored.State, err)
-	}
-	if errors.Is(err, ErrDecided) {
-		// Decided by a write that was reported failed but stored: take it.
-		cp.topics[name] = &stored
-		cp.version = max(cp.version, stored.Version)
-		cp.publishLocked()
-	}
-	if errors.Is(err, ErrDecided) && stored.State == migration.Complete {
-		// The attempt's COMPLETE was stored: the cutover completed, and
-		// nothing is left to roll back.
-		v := cp.version
+	case errors.Is(err, ErrDecided):
+		// Decided by a write that was reported failed but stored.
+		cp.adoptLocked(stored)
+		if stored.State == migration.Complete { // nothing is left to roll back
+			v := cp.version
+			cp.mu.Unlock()
+			cp.event(ctx, Event{Topic: name, Kind: EventCompleted, From: migration.Migrating.String(), To: migration.Complete.String(),
+				Actor: ActorControlPlane, Attempt: co.Attempt, Version: v, StartedAt: co.StartedAt,
+				Reason: "its COMPLETE, whose write was reported failed, had been stored: the cutover completed"})
+			return nil
+		}
+	case err != nil:
 		cp.mu.Unlock()
-		cp.event(ctx, Event{Topic: name, Kind: EventCompleted, From: migration.Migrating.String(), To: migration.Complete.String(),
-			Actor: ActorControlPlane, Attempt: co.Attempt, Version: v, StartedAt: co.StartedAt,
-			Reason: "its COMPLETE, whose write was reported failed, had been stored: the cutover completed"})
-		return nil
+		return err
 	}
 	v := cp.version
 	cp.mu.Unlock()
-	if err != nil && !errors.Is(err, ErrDecided) { // decided: rolled back already, by a write reported failed
-		return err
-	}
 	e := base
 	e.Kind, e.From, e.To, e.Version = EventRolledBack, migration.Migrating.String(), migration.Proxy.String(), v
 	cp.event(ctx, e)
