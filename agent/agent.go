@@ -90,7 +90,17 @@ type config struct {
 	writeRanges     WriteRangesMode
 	noLeaseForward  bool
 	authCheck       AuthCheckConfig
+	stateDir        string
 }
+
+// StateDir sets a directory, held by this agent alone, where it keeps what a
+// restart must not forget: the destination producer ids it mapped
+// idempotent producers to (docs/design.md §9). It MUST outlive the agent's
+// process (an emptyDir volume in Kubernetes outlives a container). Default
+// none: in memory only, and an agent restarted while a producer's batches
+// to the destination were outstanding may write their retries there a
+// second time.
+func StateDir(dir string) Opt { return optFunc(func(c *config) { c.stateDir = dir }) }
 
 // Listen sets the address producers connect to, overriding 127.0.0.1:9092.
 func Listen(addr string) Opt { return optFunc(func(c *config) { c.listen = addr }) }
@@ -203,6 +213,7 @@ type Agent struct {
 	budget   *framing.Budget
 	epochs   *epochs
 	pidmap   *pidmap.Factory  // agent-wide: one producer may use several connections
+	state    *agentState      // the state directory, nil without one
 	auth     filter.Factory   // the client SASL filter, nil without SASL
 	cp       *cpLink          // nil with static routes
 	filters  []filter.Factory // every connection's chain (see chain.go)
@@ -240,7 +251,7 @@ type Agent struct {
 }
 
 // New validates the options and binds the listeners. Run serves.
-func New(opts ...Opt) (*Agent, error) {
+func New(opts ...Opt) (_ *Agent, err error) {
 	cfg := config{
 		listen:          DefaultListen,
 		maxFrame:        DefaultMaxFrameBytes,
@@ -305,7 +316,6 @@ func New(opts ...Opt) (*Agent, error) {
 			return nil, fmt.Errorf("%w: bootstrap %q: %w", ErrBadConfig, b, err)
 		}
 	}
-	var err error
 	a := &Agent{
 		cfg:    cfg,
 		log:    cfg.log,
@@ -326,6 +336,17 @@ func New(opts ...Opt) (*Agent, error) {
 		Name: "baton_agent_buffered_request_bytes",
 		Help: "Request bytes read from clients and not yet answered (bounded by BufferedBytes).",
 	}, func() float64 { return float64(a.budget.Held()) }))
+	if cfg.stateDir != "" {
+		if a.state, err = openState(cfg.stateDir); err != nil {
+			return nil, err
+		}
+		st := a.state
+		defer func() {
+			if err != nil {
+				st.close()
+			}
+		}()
+	}
 	a.pidmap = a.newPIDMap()
 	cfg.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "baton_agent_producer_ids",
@@ -410,6 +431,7 @@ func (a *Agent) Routes() *RouteTable { return a.routes }
 // Run learns what both clusters support, then serves until ctx ends; it
 // closes every connection before it returns.
 func (a *Agent) Run(ctx context.Context) error {
+	defer a.state.close()    // last: no connection records a mapping any more
 	defer a.counters.Close() // after every connection closed (LIFO)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -49,7 +49,14 @@ func ProducerIDIdle(d time.Duration) Opt {
 
 // newPIDMap is the agent's producer id filter.
 func (a *Agent) newPIDMap() *pidmap.Factory {
+	var j pidmap.Journal
+	var restored []pidmap.Mapping
+	if a.state != nil {
+		j, restored = a.state.pids, a.state.restored
+	}
 	f, err := pidmap.New(pidmap.Config{
+		Journal:      j,
+		Restored:     restored,
 		Allocator:    destinationIDs{a},
 		Source:       sourceBatches{a},
 		Copied:       func(topic string) *pidmap.Copied { return a.routes.Lookup(topic).copied },
@@ -60,6 +67,13 @@ func (a *Agent) newPIDMap() *pidmap.Factory {
 	})
 	if err != nil {
 		panic(err) // New checked the bounds: a bug here, not a config error
+	}
+	if a.state != nil {
+		a.state.pids.live = f.Mappings
+		if len(restored) > 0 {
+			a.log.Info("destination producer id mappings taken back from the state directory", "mappings", len(restored),
+				"producers", f.Producers(), "dir", a.cfg.stateDir)
+		}
 	}
 	return f
 }

@@ -21,13 +21,27 @@ package agent
 // applied there within F of being sent, or never (its answer may still be
 // lost). That is the assumption the protocol's forward deadline rests on.
 //
+// The producers are idempotent: each record is one batch of its pod's
+// producer session, with a sequence a retry keeps. Both clusters dedupe as
+// Kafka does (a batch among the session's last five is answered with the
+// first copy's offset; a gap in a session's sequences is an
+// OUT_OF_ORDER_SEQUENCE_NUMBER, fatal for librdkafka, and a violation
+// here), the agent's real pidmap filter maps sessions to destination
+// producer ids (allocated by the simulated destination) with a journal the
+// pod keeps across agent restarts (its emptyDir), and the replicator hands
+// the last five batches of each session it copied over to the control
+// plane, which pushes them in the COMPLETE route. A pod is rescheduled
+// with a new producer session and a fresh journal, as a new pod's app.
+//
 // Checked: invariant 1 (every acked record is in the destination after
 // COMPLETE, or in the source while the topic is not COMPLETE), invariant 4
 // (no agent writes the source after replication stopped for good, none
 // writes the destination before COMPLETE), invariant 5 (an ack only for a
-// record the cluster holds) and invariant 6 (after a rollback, nothing
-// acked is missing). A failing seed is printed; BATON_SIM_SEED=N replays
-// it, BATON_SIM_SEEDS=N runs N seeds (default 5000).
+// record the cluster holds, at the offset acked), invariant 6 (after a
+// rollback, nothing acked is missing) and invariant 7 (no batch of a
+// producer session in the destination twice, no sequence gap). A failing
+// seed is printed; BATON_SIM_SEED=N replays it, BATON_SIM_SEEDS=N runs N
+// seeds (default 5000).
 
 import (
 	"context"
@@ -55,6 +69,8 @@ import (
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/controlplane"
 	"github.com/baton-kafka/baton/filter"
+	"github.com/baton-kafka/baton/filter/pidmap"
+	"github.com/baton-kafka/baton/internal/recordbatch"
 	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/replicator"
 	"github.com/baton-kafka/baton/xds"
@@ -122,10 +138,45 @@ type simResult struct {
 	acked     int
 }
 
-// simRec is one record in a simulated log.
+// simRec is one record in a simulated log: one batch of a producer
+// session (the client's, on either cluster).
 type simRec struct {
 	id    int64
 	agent bool // written through an agent (not the replicator)
+	sess  pidmap.Session
+	seq   int32
+}
+
+// simSeqs is what a cluster keeps of one producer session on the topic's
+// partition for its dedupe: the last sequence and the offsets of the last
+// five batches.
+type simSeqs struct {
+	last int32
+	offs map[int32]int // sequence -> offset, the last five
+	ord  []int32
+}
+
+// apply says where a batch of the session at seq goes: a duplicate of one
+// of the last five (its offset), the next in order (-1: append it), or a
+// gap (ok false).
+func (q *simSeqs) apply(seq int32) (dupAt int, ok bool) {
+	if off, dup := q.offs[seq]; dup {
+		return off, true
+	}
+	if len(q.ord) > 0 && seq != q.last+1 {
+		return 0, false
+	}
+	return -1, true
+}
+
+func (q *simSeqs) note(seq int32, off int) {
+	q.last = seq
+	q.offs[seq] = off
+	q.ord = append(q.ord, seq)
+	if len(q.ord) > 5 {
+		delete(q.offs, q.ord[0])
+		q.ord = q.ord[1:]
+	}
 }
 
 // simWorld is everything of one seed.
@@ -141,6 +192,9 @@ type simWorld struct {
 	stalled   bool
 	violation string
 	acked     map[int64]bool
+	// Each cluster's producer state, by the session a batch carries on it.
+	srcSeqs, dstSeqs map[pidmap.Session]*simSeqs
+	nextDstID        int64 // the destination's producer id allocator
 
 	cp     atomic.Pointer[controlplane.ControlPlane]
 	stopCP context.CancelFunc // ends the control plane's Run
@@ -172,7 +226,8 @@ func (w *simWorld) violate(format string, args ...any) {
 func simulate(t *testing.T, seed uint64) simResult {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	w := &simWorld{t: t, seed: seed, ctx: ctx, acked: map[int64]bool{}, store: controlplane.NewMemStore()}
+	w := &simWorld{t: t, seed: seed, ctx: ctx, acked: map[int64]bool{}, store: controlplane.NewMemStore(),
+		srcSeqs: map[pidmap.Session]*simSeqs{}, dstSeqs: map[pidmap.Session]*simSeqs{}, nextDstID: 5000}
 	if err := w.startControlPlane(); err != nil {
 		return simResult{failed: "starting the control plane: " + err.Error()}
 	}
@@ -187,7 +242,8 @@ func simulate(t *testing.T, seed uint64) simResult {
 	go1(func() { w.copier(stop) })
 	pods := make([]*simPod, simAgents)
 	for i := range pods {
-		pods[i] = &simPod{w: w, base: fmt.Sprintf("agent-%d", i), node: fmt.Sprintf("agent-%d", i), id: int64(i) << 40}
+		pods[i] = &simPod{w: w, base: fmt.Sprintf("agent-%d", i), node: fmt.Sprintf("agent-%d", i), id: int64(i) << 40,
+			sess: pidmap.Session{ID: int64(100 * (i + 1))}, journal: &simJournal{}}
 		pods[i].restart(false)
 		p := pods[i]
 		go1(func() { p.produce(stop, w.rng(uint64(100+i))) })
@@ -250,6 +306,22 @@ func (w *simWorld) check() simResult {
 	in := map[int64]bool{}
 	for _, r := range log {
 		in[r.id] = true
+	}
+	// Invariant 7: one copy of each batch of a producer session (a record
+	// resent by a rescheduled pod's new session is the app's own copy).
+	type batchKey struct {
+		sess pidmap.Session
+		seq  int32
+	}
+	seen := map[batchKey]int{}
+	for off, r := range log {
+		k := batchKey{r.sess, r.seq}
+		if first, dup := seen[k]; dup {
+			res.failed = fmt.Sprintf("invariant 7: record %d (session %d, sequence %d) is in the %s twice, at %d and %d",
+				r.id, r.sess.ID, r.seq, where, first, off)
+			return res
+		}
+		seen[k] = off
 	}
 	for id := range w.acked {
 		if !in[id] {
@@ -333,7 +405,7 @@ func (w *simWorld) faults(stop <-chan struct{}, pods []*simPod) {
 		case <-time.After(time.Duration(300+rng.IntN(2500)) * time.Millisecond):
 		}
 		p := pods[rng.IntN(len(pods))]
-		switch rng.IntN(6) {
+		switch rng.IntN(7) {
 		case 0: // an agent cut off from the control plane
 			if simTrace {
 				w.trace("fault: %s cut off", p.base)
@@ -370,28 +442,60 @@ func (w *simWorld) faults(stop <-chan struct{}, pods []*simPod) {
 			p.lossy.Store(true)
 			time.Sleep(time.Duration(rng.IntN(1500)) * time.Millisecond)
 			p.lossy.Store(false)
+		case 6: // answers from the destination lost for a while
+			p.lossyDst.Store(true)
+			time.Sleep(time.Duration(rng.IntN(1500)) * time.Millisecond)
+			p.lossyDst.Store(false)
 		}
 	}
 }
 
 // --- the clusters and the replicator ---
 
-func (w *simWorld) appendSource(id int64) {
+// applySource is a batch's write to the source, deduped as Kafka does:
+// the offset it is at, and whether it was already there.
+func (w *simWorld) applySource(r simRec) (off int, dup bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.src = append(w.src, simRec{id: id, agent: true})
+	return w.applyLocked(&w.src, w.srcSeqs, r.sess, r.seq, r, "source")
 }
 
-// appendDestination is an agent's write to the destination; it must come
-// after COMPLETE (invariant 4).
-func (w *simWorld) appendDestination(id int64) {
+// applyDestination is an agent's write to the destination, under the
+// producer fields it carries there (p); it must come after COMPLETE
+// (invariant 4).
+func (w *simWorld) applyDestination(r simRec, p recordbatch.Producer) (off int, dup bool) {
 	st, _ := w.store.Topic(simTopic)
 	if st.State != migration.Complete {
-		w.violate("invariant 4: record %d written to the destination while the topic is %v", id, st.State)
+		w.violate("invariant 4: record %d written to the destination while the topic is %v", r.id, st.State)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.dst = append(w.dst, simRec{id: id, agent: true})
+	return w.applyLocked(&w.dst, w.dstSeqs, pidmap.Session{ID: p.ID, Epoch: p.Epoch}, p.BaseSeq, r, "destination")
+}
+
+// applyLocked appends r to log unless the session's producer state there
+// says it is a duplicate; a sequence gap is an OUT_OF_ORDER_SEQUENCE_NUMBER
+// (fatal for librdkafka), a violation. w.mu is held.
+func (w *simWorld) applyLocked(log *[]simRec, seqs map[pidmap.Session]*simSeqs, sess pidmap.Session, seq int32, r simRec, where string) (int, bool) {
+	q := seqs[sess]
+	if q == nil {
+		q = &simSeqs{offs: map[int32]int{}}
+		seqs[sess] = q
+	}
+	at, ok := q.apply(seq)
+	if !ok {
+		if w.violation == "" {
+			w.violation = fmt.Sprintf("at %s: invariant 7: record %d at sequence %d of producer %d on the %s, whose last is %d: OUT_OF_ORDER_SEQUENCE_NUMBER",
+				time.Now().Format("15:04:05.000"), r.id, seq, sess.ID, where, q.last)
+		}
+		return 0, false
+	}
+	if at >= 0 {
+		return at, true
+	}
+	*log = append(*log, r)
+	q.note(seq, len(*log)-1)
+	return len(*log) - 1, false
 }
 
 func (w *simWorld) copier(stop <-chan struct{}) {
@@ -434,6 +538,9 @@ func (r *simRepl) Start(string) error {
 	return nil
 }
 
+// Stop stops the copy and hands over the last five batches of each
+// producer session it copied, as the replicator's record of recent batches
+// does (replicator/recent.go).
 func (r *simRepl) Stop(context.Context, string) (map[int32]int64, []replicator.SourceBatch, error) {
 	if simTrace {
 		r.w.trace("replication stopped")
@@ -441,7 +548,18 @@ func (r *simRepl) Stop(context.Context, string) (map[int32]int64, []replicator.S
 	r.w.mu.Lock()
 	defer r.w.mu.Unlock()
 	r.w.running = false
-	return map[int32]int64{0: int64(r.w.copied)}, nil, nil
+	var recent []replicator.SourceBatch
+	per := map[pidmap.Session]int{}
+	for off := r.w.copied - 1; off >= 0; off-- {
+		rec := r.w.src[off]
+		if per[rec.sess] == 5 {
+			continue
+		}
+		per[rec.sess]++
+		recent = append(recent, replicator.SourceBatch{ProducerID: rec.sess.ID, Epoch: rec.sess.Epoch,
+			BaseSeq: rec.seq, Records: 1, Offset: int64(off)})
+	}
+	return map[int32]int64{0: int64(r.w.copied)}, recent, nil
 }
 
 func (r *simRepl) SetMigrating(string, bool) error { return nil }
@@ -479,14 +597,70 @@ type simPod struct {
 	node string // base, or base-N once rescheduled
 	id   int64  // record ids of this pod start here
 
-	cutOff, slow, lossy atomic.Bool
+	cutOff, slow, lossy, lossyDst atomic.Bool
 
 	mu     sync.Mutex
 	agent  *Agent
 	cancel context.CancelFunc
 	done   chan struct{}
 	epoch  int
+	// The app's producer session, and the pod's emptyDir: the agent's
+	// journal of destination producer ids. Both are new when the pod is
+	// rescheduled.
+	sess    pidmap.Session
+	journal *simJournal
 }
+
+// simJournal is a pod's journal (StateDir): it outlives the agent.
+type simJournal struct {
+	mu sync.Mutex
+	ms []pidmap.Mapping
+}
+
+var _ pidmap.Journal = (*simJournal)(nil)
+
+func (j *simJournal) Record(m pidmap.Mapping) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.ms = append(j.ms, m)
+	return nil
+}
+
+func (j *simJournal) all() []pidmap.Mapping {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return append([]pidmap.Mapping(nil), j.ms...)
+}
+
+// simAlloc is the destination's producer id allocator.
+type simAlloc struct{ w *simWorld }
+
+func (a simAlloc) Allocate(context.Context) (int64, int16, error) {
+	a.w.mu.Lock()
+	defer a.w.mu.Unlock()
+	a.w.nextDstID++
+	return a.w.nextDstID, 0, nil
+}
+
+// simSource finds a batch in the source log.
+type simSource struct{ w *simWorld }
+
+func (s simSource) Find(_ context.Context, b pidmap.Batch) (int64, error) {
+	s.w.mu.Lock()
+	defer s.w.mu.Unlock()
+	for off, r := range s.w.src {
+		if r.sess == (pidmap.Session{ID: b.ProducerID, Epoch: b.Epoch}) && r.seq == b.Seq {
+			return int64(off), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: sequence %d of producer %d", pidmap.ErrNotInSource, b.Seq, b.ProducerID)
+}
+
+// simVia is where the simulation's Handler sent a part.
+type simVia filter.Cluster
+
+func (v simVia) Cluster() filter.Cluster { return filter.Cluster(v) }
+func (simVia) Dead() bool                { return false }
 
 // restart starts a fresh agent for the pod: new route table, new lease;
 // rescheduled, under a new node id, as a new pod.
@@ -496,6 +670,8 @@ func (p *simPod) restart(rescheduled bool) {
 	p.epoch++
 	if rescheduled {
 		p.node = fmt.Sprintf("%s-%d", p.base, p.epoch)
+		p.sess = pidmap.Session{ID: p.sess.ID + 1}
+		p.journal = &simJournal{}
 	}
 	node := p.node
 	a := &Agent{
@@ -512,7 +688,14 @@ func (p *simPod) restart(rescheduled bool) {
 	// both had answered, so the chain's filters (which leave alone what
 	// the agent never advertised) act on the simulation's requests.
 	a.advCache.Store(&advertisedCache{keys: map[int16]versionRange{0: {0, 12}}})
-	a.pidmap = a.newPIDMap()
+	pm, err := pidmap.New(pidmap.Config{Allocator: simAlloc{p.w}, Source: simSource{p.w},
+		Copied:  func(topic string) *pidmap.Copied { return a.routes.Lookup(topic).copied },
+		Journal: p.journal, Restored: p.journal.all(), Timeout: simForward, Log: simQuiet})
+	if err != nil {
+		p.w.violate("pidmap: %v", err)
+		return
+	}
+	a.pidmap = pm
 	a.writes = newSourceWrites(true, a.routes) // on, as with a control plane
 	conn := &simLeaseConn{p: p, node: node, rng: p.w.rng(uint64(200 + 10*p.epoch + int(p.id>>40)))}
 	keeper, err := xds.NewLeaseKeeper(conn, xds.NodeMeta(node, "ns", "wl"), a.leaseReport,
@@ -544,10 +727,17 @@ func (p *simPod) crash() {
 	}
 }
 
-func (p *simPod) current() *Agent {
+func (p *simPod) current() (*Agent, pidmap.Session) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.agent
+	return p.agent, p.sess
+}
+
+// alive reports whether a is still the pod's agent: a killed agent's
+// answers never reach the app.
+func (p *simPod) alive(a *Agent) bool {
+	cur, _ := p.current()
+	return cur == a
 }
 
 // feedRoutes is the xDS push: the control plane's routes reach the agent
@@ -578,6 +768,10 @@ func (p *simPod) feedRoutes(ctx context.Context, a *Agent, rng *rand.Rand) {
 		for _, tp := range cp.Topics() {
 			tr := &batonv1.TopicRoute{Topic: tp.Name, State: tp.State.Proto(), Version: tp.Version,
 				HoldMax: durationpb.New(tp.HoldMax), ForwardDeadline: durationpb.New(simForward)}
+			for _, b := range tp.SourceBatches {
+				tr.SourceBatches = append(tr.SourceBatches, &batonv1.SourceBatch{Partition: b.Partition, ProducerId: b.ProducerID,
+					ProducerEpoch: int32(b.Epoch), BaseSequence: b.BaseSeq, Records: b.Records, Offset: b.Offset})
+			}
 			if tp.Mode == "retriable" {
 				tr.Mode = batonv1.HoldMode_HOLD_MODE_RETRIABLE
 			}
@@ -596,22 +790,30 @@ func (p *simPod) feedRoutes(ctx context.Context, a *Agent, rng *rand.Rand) {
 	}
 }
 
-// produce is the app: records one at a time, each retried until acked, as
-// a producer does with a retriable error.
+// produce is the app, an idempotent producer: records one at a time, one
+// batch each, each retried under its sequence until acked, as a producer
+// does with a retriable error. A rescheduled pod's app starts a new
+// session, and sends its unacked record again in it.
 func (p *simPod) produce(stop <-chan struct{}, rng *rand.Rand) {
 	id := p.id
+	var sess pidmap.Session
+	var seq int32
 	for {
 		select {
 		case <-stop:
 			return
 		case <-time.After(time.Duration(40+rng.IntN(160)) * time.Millisecond):
 		}
-		a := p.current()
+		a, cur := p.current()
 		if a == nil {
 			continue // no agent: the app's connection is refused; retry
 		}
-		if p.send(a, id, rng) {
+		if cur != sess {
+			sess, seq = cur, 0
+		}
+		if p.send(a, simRec{id: id, agent: true, sess: sess, seq: seq}, rng) {
 			id++
+			seq++
 		}
 	}
 }
@@ -621,13 +823,14 @@ func (p *simPod) produce(stop <-chan struct{}, rng *rand.Rand) {
 // (filter/hold), then decides where it goes (filter/route, which counts a
 // source-bound write in flight), the in-flight count runs until the source
 // answered or F passed, an unanswered write is retriable.
-func (p *simPod) send(a *Agent, id int64, rng *rand.Rand) bool {
+func (p *simPod) send(a *Agent, r simRec, rng *rand.Rand) bool {
 	ctx := p.w.ctx
 	req := kmsg.NewPtrProduceRequest()
 	req.Acks = -1
-	req.Topics = []kmsg.ProduceRequestTopic{{Topic: simTopic, Partitions: []kmsg.ProduceRequestTopicPartition{{Partition: 0}}}}
+	req.Topics = []kmsg.ProduceRequestTopic{{Topic: simTopic, Partitions: []kmsg.ProduceRequestTopicPartition{{Partition: 0,
+		Records: pinTestSeqBatch(strconv.FormatInt(r.id, 10), r.sess.ID, r.sess.Epoch, r.seq)}}}}
 	x := &filter.Exchange{Header: filter.Header{APIKey: 0, APIVersion: 9}, Req: req, Received: time.Now()}
-	h := &simHandler{p: p, a: a, id: id, rng: rng}
+	h := &simHandler{p: p, a: a, r: r, rng: rng}
 	chain := filter.NewChain(filter.ConnInfo{}, a.chain(), h)
 	chain.Response(ctx, chain.Request(ctx, x))
 	return h.acked
@@ -638,34 +841,43 @@ func (p *simPod) send(a *Agent, id int64, rng *rand.Rand) bool {
 type simHandler struct {
 	p     *simPod
 	a     *Agent
-	id    int64
+	r     simRec
 	rng   *rand.Rand
 	acked bool
 }
 
 func (h *simHandler) Dispatch(_ context.Context, x *filter.Exchange) filter.Pending {
 	x.Resp = kmsg.NewPtrProduceResponse() // the outcome is h.acked
-	h.acked = h.p.write(h.a, x.Parts()[0].To, h.id, h.rng)
+	part := &x.Parts()[0]
+	switch {
+	case part.Answered && part.Code == 0: // a batch already written (pidmap)
+		h.acked = h.p.alive(h.a) && h.p.ack(h.r.id, &h.p.w.dst, int(part.Offset))
+	case part.Answered:
+		h.acked = false
+	default:
+		h.acked = h.p.write(h.a, part, h.r, h.rng)
+	}
 	return filter.Done{}
 }
 
-// write is the produce of record id once the chain let it on, to the
+// write is the produce of record r once the chain let it on, to the
 // cluster the route filter chose (and, for the source, counted in flight).
-func (p *simPod) write(a *Agent, to filter.Cluster, id int64, rng *rand.Rand) bool {
-	switch to {
+// A write is applied within F of being sent or never, and its answer may
+// be lost; an agent killed meanwhile answers nothing.
+func (p *simPod) write(a *Agent, part *filter.Part, r simRec, rng *rand.Rand) bool {
+	switch part.To {
 	case filter.Destination:
-		p.w.appendDestination(id)
-		p.ack(id, p.w.hasDestination)
-		return true
+		return p.writeDestination(a, part, r, rng)
 	case filter.Nowhere:
 		return false // retriable
 	}
 	fwd := a.forwardDeadline([]string{simTopic})
 	start := time.Now()
 	if simTrace {
-		p.w.trace("%s: record %d to the source, F %v, lease valid %v, routes %v", p.base, id, fwd, a.leaseValid(), a.routes.Lookup(simTopic))
+		p.w.trace("%s: record %d (seq %d) to the source, F %v, lease valid %v, routes %v", p.base, r.id, r.seq, fwd, a.leaseValid(), a.routes.Lookup(simTopic))
 	}
-	answered := make(chan struct{}, 1)
+	type answer struct{ off int }
+	answered := make(chan answer, 1)
 	lossy := p.lossy.Load()
 	applyIn := time.Duration(rng.Int64N(int64(fwd)))
 	answerIn := time.Duration(rng.Int64N(int64(fwd)))
@@ -676,50 +888,67 @@ func (p *simPod) write(a *Agent, to filter.Cluster, id int64, rng *rand.Rand) bo
 		if dropRequest {
 			return
 		}
-		p.w.appendSource(id)
+		off, _ := p.w.applySource(r)
 		if simTrace {
-			p.w.trace("%s: record %d applied on the source (sent at %s)", p.base, id, start.Format("05.000"))
+			p.w.trace("%s: record %d applied on the source at %d (sent at %s)", p.base, r.id, off, start.Format("05.000"))
 		}
 		time.Sleep(answerIn)
 		if !dropAnswer {
-			answered <- struct{}{}
+			answered <- answer{off}
 		}
 	}()
 	timer := time.NewTimer(time.Until(start.Add(fwd)))
 	defer timer.Stop()
 	select {
-	case <-answered:
+	case ans := <-answered:
 		a.inflight.done([]string{simTopic}, true, start, fwd)
-		p.ack(id, p.w.hasSource)
-		return true
+		return p.alive(a) && p.ack(r.id, &p.w.src, ans.off)
 	case <-timer.C:
 		a.inflight.done([]string{simTopic}, false, start, fwd)
-		return false // uncertain: retriable (invariant 5)
+		part.Uncertain = true // as the router marks it
+		return false          // uncertain: retriable (invariant 5)
 	}
 }
 
-// ack records id as acked; invariant 5: the cluster holds it.
-func (p *simPod) ack(id int64, holds func(int64) bool) {
-	if !holds(id) {
-		p.w.violate("invariant 5: record %d acked but not written", id)
+// writeDestination is a produce to the destination, of the bytes pidmap
+// planned (its copy under the destination producer) or the client's.
+func (p *simPod) writeDestination(a *Agent, part *filter.Part, r simRec, rng *rand.Rand) bool {
+	raw := part.Records
+	if part.Send != nil {
+		raw = part.Send
 	}
+	prod, ok := recordbatch.ReadProducer(raw)
+	if !ok {
+		p.w.violate("record %d to the destination: no producer fields in its batch", r.id)
+		return false
+	}
+	part.Via = simVia(filter.Destination)
+	time.Sleep(time.Duration(rng.Int64N(int64(simForward)))) // on its way
+	lossy := p.lossyDst.Load() && rng.IntN(2) == 0
+	off, _ := p.w.applyDestination(r, prod)
+	if simTrace {
+		p.w.trace("%s: record %d (seq %d) applied on the destination at %d as producer %d seq %d", p.base, r.id, r.seq, off, prod.ID, prod.BaseSeq)
+	}
+	time.Sleep(time.Duration(rng.Int64N(int64(simForward)))) // the answer on its way
+	if lossy {
+		return false // answered retriable: the client resends it
+	}
+	return p.alive(a) && p.ack(r.id, &p.w.dst, off)
+}
+
+// ack records id as acked at off of log; invariant 5: log holds it there.
+func (p *simPod) ack(id int64, log *[]simRec, off int) bool {
 	p.w.mu.Lock()
 	defer p.w.mu.Unlock()
-	p.w.acked[id] = true
-}
-
-func (w *simWorld) hasSource(id int64) bool      { return w.has(&w.src, id) }
-func (w *simWorld) hasDestination(id int64) bool { return w.has(&w.dst, id) }
-
-func (w *simWorld) has(log *[]simRec, id int64) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for i := len(*log) - 1; i >= 0; i-- {
-		if (*log)[i].id == id {
-			return true
+	if off < 0 || off >= len(*log) || (*log)[off].id != id {
+		if p.w.violation == "" {
+			p.w.violation = fmt.Sprintf("at %s: invariant 5: record %d acked at offset %d, which does not hold it",
+				time.Now().Format("15:04:05.000"), id, off)
 		}
+		return false
 	}
-	return false
+	p.w.acked[id] = true
+	return true
 }
 
 // simLeaseConn is the agent's gRPC link to the Lease service: the

@@ -8,15 +8,15 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/baton-kafka/baton/internal/dirlock"
 )
 
 // Store keeps the control plane's state. The etcd implementation is the
@@ -210,32 +210,16 @@ func OpenEmbedded(ctx context.Context, dir string) (*EtcdStore, error) {
 	return s, nil
 }
 
-// lockDataDir takes an exclusive flock on dir/LockFile and writes this
-// process's pid into it. The kernel drops the lock when the process dies,
-// so a crashed control plane leaves nothing to clean up.
+// lockDataDir takes the data directory's lock (internal/dirlock): the
+// kernel drops it when the process dies, so a crashed control plane leaves
+// nothing to clean up.
 func lockDataDir(dir string) (*os.File, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("controlplane: data dir: %w", err)
+	f, err := dirlock.Lock(dir, LockFile)
+	if errors.Is(err, dirlock.ErrLocked) {
+		return nil, fmt.Errorf("%w: %w; stop it or use another data directory", ErrDataDirLocked, err)
 	}
-	path := filepath.Join(dir, LockFile)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("controlplane: data dir lock: %w", err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		holder := "another process"
-		if b, rerr := os.ReadFile(path); rerr == nil && len(strings.TrimSpace(string(b))) > 0 {
-			holder = "pid " + strings.TrimSpace(string(b))
-		}
-		_ = f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%w: %s is in use by %s (it holds %s); stop it or use another data directory",
-				ErrDataDirLocked, dir, holder, path)
-		}
-		return nil, fmt.Errorf("controlplane: locking %s: %w", path, err)
-	}
-	if err := f.Truncate(0); err == nil {
-		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+		return nil, fmt.Errorf("controlplane: data dir: %w", err)
 	}
 	return f, nil
 }

@@ -37,7 +37,7 @@ func newAgentCmd() *cobra.Command {
 		srcSec, dstSec                                                      securityFlags
 		cpTLS                                                               tlsFlags
 		clients                                                             listenFlags
-		dstPrincipal, dstSuperUsers                                         string
+		dstPrincipal, dstSuperUsers, stateDir                               string
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -119,6 +119,11 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 					log.Warn("auth check: the destination principal is unknown; name it (--destination-principal)", "err", err)
 				}
 			}
+			if stateDir == "" {
+				log.Warn("no --state-dir: after a restart of this agent, a producer's retry of a batch it wrote to the destination " +
+					"before the restart may be written there twice; give the agent a directory of its own that outlives the process " +
+					"(an emptyDir volume in Kubernetes)")
+			}
 			reg := prometheus.NewRegistry()
 			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 			mf, err := metrics.New(reg)
@@ -135,7 +140,7 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 				agent.ConnBufferedBytes(connBuffered), agent.BufferedBytes(buffered),
 				agent.FrameTimeout(frameTimeout), agent.IdleTimeout(idleTimeout),
 				agent.UpstreamConns(upstreamConns),
-				agent.ProducerIDs(producerIDs), agent.ProducerIDIdle(producerIDIdle), agent.WriteRanges(wr),
+				agent.ProducerIDs(producerIDs), agent.ProducerIDIdle(producerIDIdle), agent.StateDir(stateDir), agent.WriteRanges(wr),
 				agent.ForwardWithoutLease(noLease),
 				agent.ByteCounters(counters),
 				agent.Filters([]filter.Factory{mf}...),
@@ -166,6 +171,7 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 	f.DurationVar(&forwardDeadline, "forward-deadline", migration.DefaultForwardDeadline, "with --routes: a produce unanswered upstream this long is answered with a retriable error (with --control-plane, the control plane's F is used)")
 	f.IntVar(&upstreamConns, "upstream-conns", agent.DefaultUpstreamConns, "connections per upstream broker")
 	f.IntVar(&producerIDs, "producer-ids", agent.DefaultProducerIDs, "idempotent producer sessions mapped to destination producer ids at once")
+	f.StringVar(&stateDir, "state-dir", "", "a directory of this agent's own that outlives its process (an emptyDir in Kubernetes), where it keeps the destination producer ids it mapped, so that a restart never writes a producer's retry twice (default: none, in memory)")
 	f.DurationVar(&producerIDIdle, "producer-id-idle", agent.DefaultProducerIDIdle, "how long a producer id mapping outlives its producer's last batch to the destination")
 	cpTLS.add(f, "control-plane", "the control plane")
 	f.StringVar(&controlPlane, "control-plane", "", "control plane gRPC address, or every replica's, comma-separated (or one DNS name resolving to each): routes over xDS and a lease (instead of --routes)")

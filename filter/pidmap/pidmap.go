@@ -42,6 +42,18 @@
 // each idempotent source session it copied (Config.Copied): a first batch
 // toward the destination found there is answered with the copy's offset.
 //
+// # Restarts
+//
+// The destination dedupes a retry only under the producer id, epoch and
+// sequence the first send carried. An agent restarted with a client's
+// batches to the destination outstanding would map the client's retries to
+// a fresh destination producer id, and the destination would write them
+// again. So, with a Journal, each partition's place in a session's
+// destination stream (the Mapping) is made durable before the first batch
+// that needs it is sent, and a restarted agent takes the mappings back
+// (Config.Restored): the retry goes out under the same destination
+// producer and sequence, and the destination answers it as a duplicate.
+//
 // The filter MUST come after the route filter (it maps only parts routed
 // to the destination) and before the Handler; it never holds or stops a
 // request. Its state is agent-wide (one producer may use several
@@ -83,6 +95,9 @@ var (
 	// the destination would refuse it, instead of being sent there with
 	// a sequence wrapped to about 2^31.
 	ErrBeforeStream = errors.New("pidmap: batch precedes the destination stream of its producer and partition")
+	// ErrJournal wraps a failure to make a mapping durable; the part is
+	// answered retriable and the next batch tries again.
+	ErrJournal = errors.New("pidmap: could not record the producer id mapping")
 	// ErrNotInSource is what a Source returns (wrapped) when the source
 	// holds no such batch in the part of the log it searched.
 	ErrNotInSource = errors.New("pidmap: batch not found in the source")
@@ -173,6 +188,30 @@ type Source interface {
 	Find(ctx context.Context, b Batch) (int64, error)
 }
 
+// Session is a producer session on one cluster: its id and epoch.
+type Session struct {
+	ID    int64
+	Epoch int16
+}
+
+// Mapping is where one partition of a source session's destination stream
+// starts: the destination session its batches are written under, and
+// Base, the client's base sequence that is the destination's sequence 0.
+type Mapping struct {
+	Source, Destination Session
+	Topic               string
+	Partition           int32
+	Base                int32
+}
+
+// Journal keeps mappings beyond the agent process.
+type Journal interface {
+	// Record MUST return only once m is durable: the batch that needed it
+	// is sent to the destination as soon as it returns. An error keeps the
+	// batch from being sent (it is answered retriable).
+	Record(m Mapping) error
+}
+
 // Config configures the filter.
 type Config struct {
 	// Allocator is required.
@@ -183,6 +222,16 @@ type Config struct {
 	// Copied, if set, returns the batches the replicator copied for a
 	// topic (the COMPLETE route's).
 	Copied func(topic string) *Copied
+	// Journal, if set, records every new Mapping before a batch is sent
+	// under it; nil: mappings live in memory only, and a restarted agent
+	// may write a retry of a batch it sent to the destination a second
+	// time.
+	Journal Journal
+	// Restored are the mappings an earlier agent process recorded, oldest
+	// first; for a source session recorded twice (mapped again after an
+	// eviction) the later destination session wins. At most MaxProducers
+	// sessions are taken, the newest.
+	Restored []Mapping
 	// MaxProducers bounds how many source sessions are mapped at once
 	// (default DefaultMaxProducers). When full, a new session evicts
 	// mappings idle past Idle first, then the least recently used one.
@@ -244,7 +293,9 @@ func New(cfg Config) (*Factory, error) {
 		cfg.Now = time.Now
 	}
 	f := &Factory{cfg: cfg}
-	f.sessions = sessions{max: cfg.MaxProducers, idle: cfg.Idle, alloc: cfg.Allocator, now: cfg.Now, m: map[sessionKey]*session{}}
+	f.sessions = sessions{max: cfg.MaxProducers, idle: cfg.Idle, alloc: cfg.Allocator, journal: cfg.Journal,
+		now: cfg.Now, m: map[Session]*session{}}
+	f.sessions.restore(cfg.Restored)
 	return f, nil
 }
 
@@ -256,6 +307,10 @@ func (f *Factory) New(filter.ConnInfo) any { return &conn{f} }
 
 // Producers is how many source sessions are mapped now.
 func (f *Factory) Producers() int { return f.sessions.len() }
+
+// Mappings returns every mapping held now, those still being recorded
+// included: what a Journal rewritten from it must keep.
+func (f *Factory) Mappings() []Mapping { return f.sessions.mappings() }
 
 type conn struct{ f *Factory }
 
@@ -304,8 +359,11 @@ func (c *conn) OnRequest(ctx context.Context, x *filter.Exchange) filter.Status 
 			continue
 		case err != nil:
 			if !warned {
-				f.cfg.Log.Warn("produce to the destination answered retriable: no producer id from the destination; check that it is reachable",
-					"topic", p.Topic, "partition", p.Partition, "producer_id", b.ProducerID, "err", err)
+				msg := "produce to the destination answered retriable: no producer id from the destination; check that it is reachable"
+				if errors.Is(err, ErrJournal) {
+					msg = "produce to the destination answered retriable: the producer id mapping could not be made durable; check the agent's state directory (space, permissions)"
+				}
+				f.cfg.Log.Warn(msg, "topic", p.Topic, "partition", p.Partition, "producer_id", b.ProducerID, "err", err)
 				warned = true
 			}
 			p.Answer(retriable)
@@ -381,12 +439,6 @@ func (f *Factory) alreadyWritten(ctx context.Context, b Batch) (int64, bool) {
 	return 0, false
 }
 
-// sessionKey is a source producer session.
-type sessionKey struct {
-	id    int64
-	epoch int16
-}
-
 // partKey is one partition.
 type partKey struct {
 	topic     string
@@ -395,39 +447,94 @@ type partKey struct {
 
 // sessions maps source producer sessions to destination producer ids.
 type sessions struct {
-	max   int
-	idle  time.Duration
-	alloc Allocator
-	now   func() time.Time
+	max     int
+	idle    time.Duration
+	alloc   Allocator
+	journal Journal // nil: in memory only
+	now     func() time.Time
 
 	mu        sync.Mutex
-	m         map[sessionKey]*session
+	m         map[Session]*session
 	lastSweep time.Time
 }
 
 type session struct {
 	ready chan struct{} // closed once dst or err is set
-	dst   sessionKey
+	dst   Session
 	err   error
 
 	// Under sessions.mu:
 	used time.Time
-	// bases holds, per partition, the client's base sequence of the first
-	// batch mapped toward the destination: the destination's sequence 0.
-	bases map[partKey]int32
+	// bases holds, per partition, where the session's destination stream
+	// starts.
+	bases map[partKey]*base
 	// sent holds the partitions where a batch of the session was sent
 	// to the destination (its stream there has started).
 	sent map[partKey]bool
 }
 
+// base is the client's base sequence of the first batch mapped toward the
+// destination on a partition: the destination's sequence 0.
+type base struct {
+	seq int32
+	// recorded is closed once the Journal made the mapping durable (err
+	// says if it could not); nil when nothing is to be recorded.
+	recorded chan struct{}
+	err      error
+}
+
+// restore takes back the mappings an earlier process recorded: the newest
+// max sessions, each with the destination session it was last mapped to.
+func (s *sessions) restore(ms []Mapping) {
+	if len(ms) == 0 {
+		return
+	}
+	now := s.now()
+	order := make([]Session, 0)
+	for _, m := range ms {
+		e := s.m[m.Source]
+		if e == nil || e.dst != m.Destination {
+			if e == nil {
+				order = append(order, m.Source)
+			}
+			ready := make(chan struct{})
+			close(ready)
+			e = &session{ready: ready, dst: m.Destination, used: now, bases: map[partKey]*base{}}
+			s.m[m.Source] = e
+		}
+		e.bases[partKey{m.Topic, m.Partition}] = &base{seq: m.Base}
+	}
+	for _, k := range order[:max(len(order)-s.max, 0)] {
+		delete(s.m, k)
+	}
+}
+
+// mappings returns every base held now.
+func (s *sessions) mappings() []Mapping {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Mapping
+	for k, e := range s.m {
+		if !allocated(e) || e.err != nil {
+			continue
+		}
+		for p, b := range e.bases {
+			out = append(out, Mapping{Source: k, Destination: e.dst, Topic: p.topic, Partition: p.partition, Base: b.seq})
+		}
+	}
+	return out
+}
+
 // destination returns the producer fields b carries on the destination,
-// allocating a destination producer id the first time its session is seen.
+// allocating a destination producer id the first time its session is seen
+// and, with a journal, recording where its stream starts on b's partition
+// before b may be sent there.
 func (s *sessions) destination(ctx context.Context, b Batch) (recordbatch.Producer, error) {
-	k := sessionKey{b.ProducerID, b.Epoch}
+	k := Session{b.ProducerID, b.Epoch}
 	s.mu.Lock()
 	e := s.m[k]
 	if e == nil {
-		e = &session{ready: make(chan struct{}), bases: map[partKey]int32{}}
+		e = &session{ready: make(chan struct{}), bases: map[partKey]*base{}}
 		s.makeRoom()
 		s.m[k] = e
 		e.used = s.now()
@@ -440,7 +547,7 @@ func (s *sessions) destination(ctx context.Context, b Batch) (recordbatch.Produc
 				delete(s.m, k) // the next batch asks again
 			}
 		} else {
-			e.dst = sessionKey{id, epoch}
+			e.dst = Session{id, epoch}
 		}
 		close(e.ready)
 	}
@@ -453,22 +560,53 @@ func (s *sessions) destination(ctx context.Context, b Batch) (recordbatch.Produc
 	if e.err != nil {
 		return recordbatch.Producer{}, e.err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e.used = s.now()
-	p := partKey{b.Topic, b.Partition}
-	base, ok := e.bases[p]
-	if !ok {
-		base = b.Seq
-		e.bases[p] = base
+	bs, err := s.base(ctx, k, e, b)
+	if err != nil {
+		return recordbatch.Producer{}, err
 	}
-	d := recordbatch.SeqDistance(base, b.Seq)
+	d := recordbatch.SeqDistance(bs, b.Seq)
 	if d > math.MaxInt32/2 {
 		// Further ahead than any client runs (5 batches in flight), so
 		// it is behind: the sequence wrapped below the base.
-		return recordbatch.Producer{}, fmt.Errorf("%w: sequence %d, stream starts at %d", ErrBeforeStream, b.Seq, base)
+		return recordbatch.Producer{}, fmt.Errorf("%w: sequence %d, stream starts at %d", ErrBeforeStream, b.Seq, bs)
 	}
-	return recordbatch.Producer{ID: e.dst.id, Epoch: e.dst.epoch, BaseSeq: d}, nil
+	return recordbatch.Producer{ID: e.dst.ID, Epoch: e.dst.Epoch, BaseSeq: d}, nil
+}
+
+// base returns where e's stream starts on b's partition: b's own sequence
+// when b is the first batch mapped there, recorded in the journal first.
+// Batches that come while it is being recorded wait for it.
+func (s *sessions) base(ctx context.Context, k Session, e *session, b Batch) (int32, error) {
+	p := partKey{b.Topic, b.Partition}
+	s.mu.Lock()
+	e.used = s.now()
+	bs := e.bases[p]
+	if bs == nil {
+		bs = &base{seq: b.Seq}
+		e.bases[p] = bs
+		if s.journal != nil {
+			bs.recorded = make(chan struct{})
+			s.mu.Unlock()
+			err := s.journal.Record(Mapping{Source: k, Destination: e.dst, Topic: b.Topic, Partition: b.Partition, Base: b.Seq})
+			s.mu.Lock()
+			if err != nil {
+				bs.err = fmt.Errorf("%w: %w", ErrJournal, err)
+				if e.bases[p] == bs {
+					delete(e.bases, p) // the next batch tries again
+				}
+			}
+			close(bs.recorded)
+		}
+	}
+	s.mu.Unlock()
+	if bs.recorded != nil {
+		select {
+		case <-bs.recorded:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	return bs.seq, bs.err
 }
 
 // started reports whether a batch of b's session was sent to the
@@ -476,7 +614,7 @@ func (s *sessions) destination(ctx context.Context, b Batch) (recordbatch.Produc
 func (s *sessions) started(b Batch) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.m[sessionKey{b.ProducerID, b.Epoch}]
+	e := s.m[Session{b.ProducerID, b.Epoch}]
 	return e != nil && e.sent[partKey{b.Topic, b.Partition}]
 }
 
@@ -485,7 +623,7 @@ func (s *sessions) started(b Batch) bool {
 func (s *sessions) confirm(b Batch) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.m[sessionKey{b.ProducerID, b.Epoch}]
+	e := s.m[Session{b.ProducerID, b.Epoch}]
 	if e == nil || !allocated(e) || e.err != nil {
 		return // evicted meanwhile: its next batch starts afresh
 	}
@@ -512,7 +650,7 @@ func (s *sessions) makeRoom() {
 		}
 	}
 	for len(s.m) >= s.max {
-		var oldK sessionKey
+		var oldK Session
 		var old *session
 		for k, e := range s.m {
 			if allocated(e) && (old == nil || e.used.Before(old.used)) {

@@ -32,7 +32,7 @@ type allocFunc func(context.Context) (int64, int16, error)
 func (f allocFunc) Allocate(ctx context.Context) (int64, int16, error) { return f(ctx) }
 
 func newSessions(max int, idle time.Duration, alloc func(context.Context) (int64, int16, error)) *sessions {
-	return &sessions{max: max, idle: idle, alloc: allocFunc(alloc), now: time.Now, m: map[sessionKey]*session{}}
+	return &sessions{max: max, idle: idle, alloc: allocFunc(alloc), now: time.Now, m: map[Session]*session{}}
 }
 
 // batch is a batch of src on partition p of topic "t".

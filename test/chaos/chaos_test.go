@@ -415,7 +415,9 @@ func (w *world) startAgents(n int) {
 			listen, admin = "127.0.0.1:"+strconv.Itoa(ports[0]), "127.0.0.1:"+strconv.Itoa(ports[1])
 		}
 		args := []string{"agent", "--listen", listen, "--admin", admin, "--source", w.s.src.Bootstrap(),
-			"--destination", w.s.dst.Bootstrap(), "--control-plane", an.ControlPlane(), "--node-id", fmt.Sprintf("agent-%d", i)}
+			"--destination", w.s.dst.Bootstrap(), "--control-plane", an.ControlPlane(), "--node-id", fmt.Sprintf("agent-%d", i),
+			// The pod's emptyDir: it outlives each kill of the agent.
+			"--state-dir", filepath.Join(w.dir, fmt.Sprintf("agent-%d.state", i))}
 		if lvl := os.Getenv(envAgentLog); lvl != "" {
 			args = append(args, "--log-level", lvl)
 		}
