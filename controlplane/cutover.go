@@ -531,6 +531,13 @@ func (cp *ControlPlane) pendingAgents(topic string, v uint64) pending {
 			p.expired = append(p.expired, a.Node)
 			continue
 		}
+		// A restarted agent's earlier process is silent for good; what it
+		// sent may land up to F later (the silent-safe rule, for it).
+		if earlierSafe := a.EarlierGrantedAt.Add(cp.cfg.lease + forward); !fenced && now.Before(earlierSafe) {
+			p.waiting = append(p.waiting, pendingAgent{a.Node, fmt.Sprintf("an earlier process of this agent held a lease granted at %s; "+
+				"what it sent may still reach the source; safe at %s", a.EarlierGrantedAt.Format(time.RFC3339Nano), earlierSafe.Format(time.RFC3339Nano))})
+			continue
+		}
 		d, reported := a.Topics[topic]
 		switch {
 		case a.AckedVersion < v:

@@ -2,6 +2,24 @@ package controlplane
 
 import batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 
+// noteIncarnation takes the process id (incarnation) a report of a came
+// with. A different one than the last means the agent was restarted: the
+// earlier process's last grant is kept (EarlierGrantedAt), since produce it
+// sent to the source before it died may still land there, up to F after it
+// was sent, and the new process's drain reports know nothing of it. An
+// agent known without an incarnation (stored before they were recorded)
+// counts as an earlier process. Zero (no incarnation sent) changes
+// nothing.
+func (a *Agent) noteIncarnation(inc uint64) {
+	if inc == 0 || inc == a.Incarnation {
+		return
+	}
+	if !a.GrantedAt.IsZero() {
+		a.EarlierGrantedAt = maxTime(a.EarlierGrantedAt, a.GrantedAt)
+	}
+	a.Incarnation = inc
+}
+
 // drainReports is a heartbeat's per-topic report. A topic reported more
 // than once counts as stopped only if every entry says so, with the
 // in-flight counts added and the larger acked end per partition kept: the

@@ -208,7 +208,7 @@ func (f *Follower) Heartbeat(ctx context.Context, req *batonv1.HeartbeatRequest)
 	resp := &batonv1.HeartbeatResponse{Lease: durationpb.New(f.cfg.lease), RequiredVersion: version,
 		ForwardDeadline: durationpb.New(f.cfg.forward), ServerTime: timestamppb.New(now)}
 	rec := Agent{Node: req.GetNodeId(), Namespace: req.GetNamespace(), Workload: req.GetWorkload(), AckedVersion: req.GetAckedVersion(),
-		LastHeartbeat: now, Topics: drains, Replica: f.cfg.replica}
+		LastHeartbeat: now, Topics: drains, Replica: f.cfg.replica, Incarnation: req.GetIncarnation()}
 	var err error
 	if rec.Report, err = forwardedReport(req); err != nil {
 		return nil, status.Errorf(codes.Internal, "encoding the report: %v", err)

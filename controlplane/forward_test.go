@@ -86,3 +86,100 @@ func TestRestartCountsEveryKnownAgentAsGranted(t *testing.T) {
 			p.waiting, p.drained, p.expired)
 	}
 }
+
+// A restarted agent's new process reports the topic drained, but what its
+// earlier process sent to the source may still land there up to F later:
+// the drain waits for the earlier process by the silent-safe rule (its last
+// grant + lease + F), whatever the new one reports. Found by the cutover
+// simulation (seed 20534: a produce the killed agent had sent landed on the
+// source after replication stopped). Without an incarnation nothing changes;
+// on a fenced topic the fence stops the earlier process, as any silent one.
+func TestRestartedAgentWaitsForItsEarlierProcess(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	const lease, forward = 5 * time.Second, 2 * time.Second
+	for _, tc := range []struct {
+		name          string
+		first, second uint64 // incarnations of the two processes' heartbeats
+		fenced        bool
+		wantWait      bool
+	}{
+		{"restarted", 1, 2, false, true},
+		{"same process", 1, 1, false, false},
+		{"no incarnation sent", 0, 0, false, false},
+		{"restarted, fenced topic", 1, 2, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			now := start
+			cp, err := New(ctx, WithStore(NewMemStore()), WithReplication(idleReplication{}), Clock(func() time.Time { return now }),
+				Logger(quiet), LeaseDuration(lease), ForwardDeadline(forward),
+				Clusters(&batonv1.Cluster{Name: "source"}, &batonv1.Cluster{Name: "destination"}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cp.Close()
+			if _, err := cp.AddTopic(ctx, TopicSpec{Name: "t"}, "test"); err != nil {
+				t.Fatal(err)
+			}
+			cp.mu.Lock()
+			cp.topics["t"].FenceAtCutover = tc.fenced
+			cp.mu.Unlock()
+			beat := func(inc uint64, v uint64, drained bool) {
+				t.Helper()
+				req := &batonv1.HeartbeatRequest{NodeId: "a", Incarnation: inc, AckedVersion: v}
+				if drained {
+					req.Topics = []*batonv1.TopicDrain{{Topic: "t", StoppedForwarding: true}}
+				}
+				if resp, err := cp.Heartbeat(ctx, req); err != nil || !resp.GetGranted() {
+					t.Fatalf("heartbeat: %v %v", resp, err)
+				}
+			}
+			beat(tc.first, cp.Version(), false) // the first process, granted at start
+			now = start.Add(time.Second)
+			v := cp.Version() + 1 // MIGRATING, as the cutover pushes it
+			cp.mu.Lock()
+			cp.version = v
+			cp.mu.Unlock()
+			beat(tc.second, v, true) // the process after the restart: drained
+			at := func(d time.Duration) pending {
+				now = start.Add(d)
+				return cp.pendingAgents("t", v)
+			}
+			waited := len(at(time.Second).waiting) == 1
+			if waited != tc.wantWait {
+				t.Fatalf("right after the restart: waiting=%v, want %v (%+v)", waited, tc.wantWait, at(time.Second))
+			}
+			if tc.wantWait {
+				if p := at(lease + forward - time.Millisecond); len(p.waiting) != 1 {
+					t.Fatalf("just before the earlier grant + lease + F: %+v, want the agent waited for", p)
+				}
+				if p := at(lease + forward); len(p.drained) != 1 {
+					t.Fatalf("at the earlier grant + lease + F: %+v, want the agent drained", p)
+				}
+			}
+		})
+	}
+}
+
+// A follower's record of a restarted agent keeps its earlier process's
+// grant in the leader's view too.
+func TestRecordedRestartKeepsTheEarlierGrant(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	cp := &ControlPlane{cfg: config{lease: 5 * time.Second, replica: "L"}, agents: map[string]*Agent{},
+		recorded: map[string]int64{}, dirty: map[string]bool{}, changed: make(chan struct{})}
+	rec := func(rev int64, inc uint64) recordedAgent {
+		return recordedAgent{Agent: Agent{Node: "a", Incarnation: inc, GrantedAt: t0, Replica: "F"}, rev: rev}
+	}
+	cp.mergeRecordedLocked(rec(1, 7), t0)
+	cp.mergeRecordedLocked(rec(2, 7), t0.Add(time.Second))
+	if e := cp.agents["a"].EarlierGrantedAt; !e.IsZero() {
+		t.Fatalf("same process: earlier grant %v, want none", e)
+	}
+	cp.mergeRecordedLocked(rec(3, 8), t0.Add(2*time.Second))
+	if e := cp.agents["a"].EarlierGrantedAt; !e.Equal(t0.Add(time.Second)) {
+		t.Fatalf("restarted: earlier grant %v, want the first process's last, %v", e, t0.Add(time.Second))
+	}
+}

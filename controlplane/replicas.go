@@ -51,6 +51,7 @@ func (cp *ControlPlane) mergeRecordedLocked(rec recordedAgent, at time.Time) {
 		a = &Agent{Node: rec.Node}
 		cp.agents[rec.Node] = a
 	}
+	a.noteIncarnation(rec.Incarnation)
 	a.Namespace, a.Workload, a.AckedVersion, a.LastHeartbeat = rec.Namespace, rec.Workload, rec.AckedVersion, at
 	a.Refused, a.Replica = rec.Refused, rec.Replica
 	// What the agent acked stays known until it reports the topic again:

@@ -95,6 +95,13 @@ type Agent struct {
 	ExpiresAt     time.Time             `json:"expiresAt"`
 	Topics        map[string]TopicDrain `json:"topics,omitempty"`
 	Refused       string                `json:"refused,omitempty"`
+	// Incarnation is the agent process that last reported (random per
+	// process), and EarlierGrantedAt the last grant of an earlier one: a
+	// restarted agent's predecessor may have sent produce to the source
+	// that lands up to F later, which the new process's drain reports
+	// cannot cover (docs/design.md §5, restarts).
+	Incarnation      uint64    `json:"incarnation,omitempty"`
+	EarlierGrantedAt time.Time `json:"earlierGrantedAt,omitzero"`
 	// Replica is the control-plane replica the agent last reported to;
 	// it granted the lease, if the agent holds one.
 	Replica string `json:"replica,omitempty"`
