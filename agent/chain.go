@@ -13,6 +13,7 @@ import (
 	"github.com/baton-kafka/baton/filter/latency"
 	"github.com/baton-kafka/baton/filter/leasegate"
 	"github.com/baton-kafka/baton/filter/route"
+	"github.com/baton-kafka/baton/filter/txnguard"
 	"github.com/baton-kafka/baton/migration"
 )
 
@@ -62,10 +63,18 @@ import (
 //     answered retriable), and the connection's partition order (a
 //     partition's next request follows its outstanding ones; none overtakes
 //     a failed batch's resend);
-//  9. pidmap: destination producer ids and sequences for idempotent batches
+//  9. txnguard: a transaction lives on the source's coordinator, so a
+//     transactional produce's partitions routed to the destination
+//     (COMPLETE) are refused TOPIC_AUTHORIZATION_FAILED, and so is an
+//     AddPartitionsToTxn naming a COMPLETE topic (the other partitions
+//     OPERATION_NOT_ATTEMPTED); one naming a MIGRATING topic is answered
+//     CONCURRENT_TRANSACTIONS, which clients retry. After route, which
+//     has decided each partition's cluster; it answers only parts bound
+//     for the destination, never counted in flight;
+//  10. pidmap: destination producer ids and sequences for idempotent batches
 //     routed to the destination, and answers for retries of batches the
 //     source already holds;
-//  10. the router, the chain's Handler: it answers what the agent owns and
+//  11. the router, the chain's Handler: it answers what the agent owns and
 //     forwards the rest; a produce's partitions go where route and pidmap
 //     planned, to each partition's leader.
 func (a *Agent) chain() []filter.Factory {
@@ -80,7 +89,18 @@ func (a *Agent) chain() []filter.Factory {
 	if a.authCheck != nil { // nil only in tests that build an Agent by hand
 		fs = append(fs, a.authCheck)
 	}
-	return append(fs, a.latencyEmulation(), a.produceRoute(), a.pidmap)
+	return append(fs, a.latencyEmulation(), a.produceRoute(), a.txnGuard(), a.pidmap)
+}
+
+// txnGuard is the agent's txnguard filter on its route table: refusals
+// counted per topic, the first of each transactional id said at WARN.
+func (a *Agent) txnGuard() filter.Factory {
+	f, err := txnguard.New(txnguard.Config{Table: a.routes, Log: a.log, Gated: a.advertisedFor,
+		Refused: func(topic string) { a.metrics.txnRefused.WithLabelValues(topic).Inc() }})
+	if err != nil {
+		panic(err) // Table is always set: a bug here, not a config error
+	}
+	return f
 }
 
 // HeadroomWindow sets how long the headroom check (filter/headroom)

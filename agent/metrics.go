@@ -21,6 +21,7 @@ type metrics struct {
 	producePartns   *prometheus.CounterVec
 	emulated        prometheus.Histogram
 	headroom        *prometheus.CounterVec
+	txnRefused      *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -57,8 +58,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "baton_agent_headroom_warnings_total",
 			Help: "Windows in which a producer fell short of its rate at the destination's latency (filter/headroom), by topic and client id.",
 		}, []string{"topic", "client_id"}),
+		txnRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "baton_agent_transactional_refused_total",
+			Help: "Transactional writes (Produce, AddPartitionsToTxn) refused because their topic is COMPLETE (filter/txnguard), by topic.",
+		}, []string{"topic"}),
 	}
-	reg.MustRegister(m.conns, m.badFrames, m.tlsFailures, m.held, m.upstreamLatency, m.upstreamErrors, m.producePartns, m.emulated, m.headroom)
+	reg.MustRegister(m.conns, m.badFrames, m.tlsFailures, m.held, m.upstreamLatency, m.upstreamErrors, m.producePartns, m.emulated,
+		m.headroom, m.txnRefused)
 	return m
 }
 

@@ -68,6 +68,10 @@ type config struct {
 	takeover   time.Duration
 	bypassPoll time.Duration
 	registry   prometheus.Registerer
+
+	// txns and txnWindow: transactions.go.
+	txns      Transactions
+	txnWindow time.Duration
 }
 
 // WithStore sets the state store (required).
@@ -193,7 +197,8 @@ func newConfig(opts []Opt) config {
 	cfg := config{guard: NoGuard{}, fence: NoFence{}, lease: migration.DefaultLease, forward: migration.DefaultForwardDeadline,
 		timeout: DefaultCutoverTimeout, poll: DefaultPollInterval, guardResync: DefaultGuardResync, log: slog.Default(), now: time.Now,
 		latencyRefresh: DefaultLatencyRefresh,
-		bypassWatch:    DefaultBypassWatch, bypassPoll: DefaultBypassPoll, forgottenWindow: DefaultForgottenProducerWindow}
+		bypassWatch:    DefaultBypassWatch, bypassPoll: DefaultBypassPoll, forgottenWindow: DefaultForgottenProducerWindow,
+		txnWindow: DefaultTransactionalProducerWindow}
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
@@ -218,6 +223,8 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 		return nil, fmt.Errorf("%w: cutover timeout, poll interval and guard resync must be positive", ErrBadConfig)
 	case cfg.forgottenWindow < 0:
 		return nil, fmt.Errorf("%w: forgotten producer window %v is negative (0 turns the gate off)", ErrBadConfig, cfg.forgottenWindow)
+	case cfg.txnWindow < 0:
+		return nil, fmt.Errorf("%w: transactional producer window %v is negative (0 turns the gate off)", ErrBadConfig, cfg.txnWindow)
 	case cfg.latencyRefresh <= 0:
 		return nil, fmt.Errorf("%w: latency refresh %v must be positive", ErrBadConfig, cfg.latencyRefresh)
 	case cfg.bypassWatch < 0:

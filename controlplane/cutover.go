@@ -20,7 +20,7 @@ import (
 // unless force lists that gate; the initiated event records the gates
 // forced past.
 func (cp *ControlPlane) Migrate(ctx context.Context, name, actor string, force ...Gate) (Topic, error) {
-	refusals := cp.checkGates(name)
+	refusals := cp.checkGates(ctx, name)
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	t, ok := cp.topics[name]
@@ -142,7 +142,9 @@ func (cp *ControlPlane) cutover(ctx context.Context, name string, co Cutover, r 
 		cp.event(ctx, Event{Topic: name, Kind: kind, Actor: ActorControlPlane, Attempt: co.Attempt, Agent: agent,
 			Reason: reason, Version: co.Version, StartedAt: co.StartedAt})
 	}
+	open := cp.watchOpenTxns(ctx, name)
 	err := cp.cutoverSteps(ctx, name, co, ev)
+	txns := open.stop()
 	if err == nil {
 		return
 	}
@@ -156,18 +158,27 @@ func (cp *ControlPlane) cutover(ctx context.Context, name string, co Cutover, r 
 		if reason == "" {
 			reason = "aborted by operator"
 		}
-		err = cp.rollback(bg, name, co, EventAborted, actor, reason)
+		err = cp.rollback(bg, name, co, EventAborted, actor, withTxns(reason, txns))
 	case cp.ctx.Err() != nil:
 		cp.log.Warn("control plane stopping mid-cutover; the next start rolls it back", "topic", name)
 		return
 	case errors.Is(err, errTimedOut):
-		err = cp.rollback(bg, name, co, EventTimedOut, ActorControlPlane, err.Error())
+		err = cp.rollback(bg, name, co, EventTimedOut, ActorControlPlane, withTxns(err.Error(), txns))
 	default:
-		err = cp.rollback(bg, name, co, EventFailed, ActorControlPlane, err.Error())
+		err = cp.rollback(bg, name, co, EventFailed, ActorControlPlane, withTxns(err.Error(), txns))
 	}
 	if err != nil {
 		cp.log.Error("rolling back; the topic stays MIGRATING until the next start", "topic", name, "err", err)
 	}
+}
+
+// withTxns is a rollback's reason with the open transactions the cutover
+// saw last on its topic, if any (docs/design.md §9).
+func withTxns(reason, txns string) string {
+	if txns == "" {
+		return reason
+	}
+	return reason + "; " + txns
 }
 
 // StepDone is the stored step of a cutover whose every step but storing

@@ -45,7 +45,7 @@ func TestGatesIgnoreFindingsOfASwitchedOffCheck(t *testing.T) {
 	}
 	gatesOf := func() []Gate {
 		var gs []Gate
-		for _, r := range cp.checkGates("t") {
+		for _, r := range cp.checkGates(ctx, "t") {
 			gs = append(gs, r.gate)
 		}
 		return gs

@@ -191,7 +191,7 @@ func TestGatesRefuseOpenFindings(t *testing.T) {
 	}
 	gatesOf := func(topic string) []Gate {
 		var gs []Gate
-		for _, r := range cp.checkGates(topic) {
+		for _, r := range cp.checkGates(ctx, topic) {
 			gs = append(gs, r.gate)
 		}
 		return gs

@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -27,6 +28,11 @@ const (
 	// agents wrote the source topic within the gate window: after the
 	// cutover its writes would go to a source nobody copies any more.
 	GateForgottenProducer Gate = "forgotten-producer"
+	// GateTransactionalProducer refuses while a transactional producer
+	// writes the source topic (a transaction open on it, or a write within
+	// the gate window): a transaction cannot span the clusters, so after
+	// the cutover the agents refuse its writes to the topic.
+	GateTransactionalProducer Gate = "transactional-producer"
 	// GateHeadroom refuses while a headroom warning is open for the topic:
 	// a producer that cannot sustain its rate at the destination's latency.
 	GateHeadroom Gate = "headroom"
@@ -37,7 +43,7 @@ const (
 )
 
 // Gates lists every gate, in check order.
-var Gates = []Gate{GateTimeLag, GateForgottenProducer, GateHeadroom, GateDestinationAuth}
+var Gates = []Gate{GateTimeLag, GateForgottenProducer, GateTransactionalProducer, GateHeadroom, GateDestinationAuth}
 
 // ForceAll in a force list forces past every gate.
 const ForceAll = "all"
@@ -79,10 +85,11 @@ func (r gateRefusal) String() string { return fmt.Sprintf("gate %s: %s", r.gate,
 
 // checkGates runs the gates after the time lag for a migrate of name and
 // returns their refusals, forced or not, in check order. They read state
-// under locks of their own: cp.mu MUST NOT be held.
-func (cp *ControlPlane) checkGates(name string) (refusals []gateRefusal) {
+// under locks of their own (and may ask the source, within ctx): cp.mu
+// MUST NOT be held.
+func (cp *ControlPlane) checkGates(ctx context.Context, name string) (refusals []gateRefusal) {
 	for _, g := range cp.gateChecks {
-		if why := g.check(name); why != "" {
+		if why := g.check(ctx, name); why != "" {
 			refusals = append(refusals, gateRefusal{g.gate, why})
 		}
 	}
@@ -108,7 +115,7 @@ func (cp *ControlPlane) checkLagLocked(name string) (refusals []gateRefusal, lag
 // a migrate of topic, or "" when it passes.
 type gateCheck struct {
 	gate  Gate
-	check func(topic string) string
+	check func(ctx context.Context, topic string) string
 }
 
 // DefaultForgottenProducerWindow is how recently a forgotten producer must
@@ -127,7 +134,7 @@ func ForgottenProducerWindow(d time.Duration) Opt {
 func (cp *ControlPlane) gates() []gateCheck {
 	var gs []gateCheck
 	if w := cp.cfg.forgottenWindow; w > 0 {
-		gs = append(gs, gateCheck{GateForgottenProducer, func(topic string) string {
+		gs = append(gs, gateCheck{GateForgottenProducer, func(_ context.Context, topic string) string {
 			at, what, ok := cp.LastBypass(topic)
 			if !ok || cp.now().Sub(at) > w {
 				return ""
@@ -137,15 +144,18 @@ func (cp *ControlPlane) gates() []gateCheck {
 				cp.now().Sub(at).Round(time.Second), w, what)
 		}})
 	}
+	if cp.cfg.txns != nil && cp.cfg.txnWindow > 0 {
+		gs = append(gs, gateCheck{GateTransactionalProducer, cp.transactionalGate})
+	}
 	gs = append(gs,
-		gateCheck{GateHeadroom, func(topic string) string {
+		gateCheck{GateHeadroom, func(_ context.Context, topic string) string {
 			if sh, ok := cp.shadowOf(topic); ok && !sh.Headroom {
 				return "" // switched off: agents' findings age out on their own
 			}
 			return findingsText(cp.OpenFindings(topic, FindingHeadroom, 0), "open headroom warning",
 				"raise the setting named on each producer (or resize the destination) and let the warning close")
 		}},
-		gateCheck{GateDestinationAuth, func(topic string) string {
+		gateCheck{GateDestinationAuth, func(_ context.Context, topic string) string {
 			if sh, ok := cp.shadowOf(topic); ok && !sh.AuthCheck && !sh.AuthEnforce {
 				return "" // switched off (how false reports are silenced)
 			}

@@ -81,6 +81,10 @@ var (
 	ErrDecided = errors.New("controlplane: the cutover attempt is decided")
 	// ErrNotReady: the replicator has not set the topic up yet.
 	ErrNotReady = errors.New("controlplane: replication of the topic is not ready")
+	// ErrTransactions: the source's transactional producers of a topic
+	// could not be read (DescribeProducers, ListTransactions,
+	// DescribeTransactions); the message says which and why.
+	ErrTransactions = errors.New("controlplane: reading the source's transactions")
 	// errTimedOut: a cutover wait passed the deadline.
 	errTimedOut = errors.New("controlplane: cutover timeout passed")
 )

@@ -38,6 +38,7 @@ func newControlPlaneCmd() *cobra.Command {
 		httpCert, httpKey, httpClientCA, apiIdentities                        string
 		apiInsecure                                                           bool
 		lease, forward, timeout, bypassWatch, bypassGrace, forgottenWindow    time.Duration
+		txnWindow                                                             time.Duration
 		admin, replicaID                                                      string
 		leaderTTL                                                             time.Duration
 		srcSASL, destSASL                                                     securityFlags
@@ -93,6 +94,9 @@ allowed to alter and describe ACLs.`,
 			}
 			if forgottenWindow < 0 {
 				return fmt.Errorf("--gate-forgotten-producer-window: %v is negative (0 turns the gate off)", forgottenWindow)
+			}
+			if txnWindow < 0 {
+				return fmt.Errorf("--gate-transactional-producer-window: %v is negative (0 turns the gate off)", txnWindow)
 			}
 			var tokens []controlplane.APIToken
 			if apiTokensFile != "" {
@@ -259,6 +263,8 @@ allowed to alter and describe ACLs.`,
 				controlplane.LeaseDuration(lease), controlplane.ForwardDeadline(forward), controlplane.CutoverTimeout(timeout),
 				controlplane.BypassWatch(bypassWatch), controlplane.BypassGrace(bypassGrace),
 				controlplane.ForgottenProducerWindow(forgottenWindow), controlplane.Registry(reg),
+				controlplane.WithTransactions(&controlplane.SourceTransactions{Admin: kadm.NewClient(scl)}),
+				controlplane.TransactionalProducerWindow(txnWindow),
 				controlplane.ReplicaID(replicaID), controlplane.TakeoverMargin(takeoverMargin(lead, leaderTTL)),
 				controlplane.WithXDS(xs), clusters}, nodeOpts...)...)
 			if err != nil {
@@ -354,6 +360,8 @@ allowed to alter and describe ACLs.`,
 	f.DurationVar(&bypassGrace, "bypass-grace", 0, "how long a batch read from a PROXY topic's source waits for every agent that may have written it to report past it; past it the batch is unattributable, never a bypass (default: twice the lease)")
 	f.DurationVar(&forgottenWindow, "gate-forgotten-producer-window", controlplane.DefaultForgottenProducerWindow,
 		"the forgotten-producer cutover gate refuses a topic written by a producer that bypassed the agents within this window (0: gate off)")
+	f.DurationVar(&txnWindow, "gate-transactional-producer-window", controlplane.DefaultTransactionalProducerWindow,
+		"the transactional-producer cutover gate refuses a topic with a transaction open on the source, or written by a transactional producer within this window (0: gate off)")
 	f.StringVar(&admin, "admin", "", "address of /metrics, the control plane's and its replicator's, e.g. 127.0.0.1:9406 (default: off)")
 	f.StringVar(&apiTokensFile, "api-tokens-file", "", "YAML list of the HTTP API's callers (name, role read-only or operator, sha256 of the token); every request then needs a bearer token")
 	f.StringVar(&grpcCert, "grpc-tls-cert", "", "PEM certificate the gRPC port (xDS, leases) serves TLS with (with --grpc-tls-key)")

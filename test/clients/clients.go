@@ -68,7 +68,35 @@ type ProduceConfig struct {
 	// value is plaintext without authentication. A driver whose client
 	// cannot do what it asks returns ErrUnsupported.
 	Security Security
+	// Transactional, when set, makes the client a transactional producer
+	// (Idempotent is then implied). Only the Java driver honours it; the
+	// others return ErrUnsupported. nil (the default): no transactions.
+	Transactional *Transactional
 }
+
+// Transactional is how a transactional producer writes: Records in
+// transactions of PerTransaction records each. A record is reported acked
+// only once its transaction committed, with the partition and offset its
+// send was acked at; every record of a transaction that did not commit is
+// reported failed: with its own send's error if it had one, else the
+// transaction's (or DriverAborted for AbortEvery). A transaction the
+// client can abort is aborted and the run goes on with the next; after a
+// fatal error (fenced, a transactional id not authorized) every record
+// left is reported failed with it.
+type Transactional struct {
+	// ID is the transactional.id (required).
+	ID string
+	// PerTransaction is the records of one transaction (default 10).
+	PerTransaction int
+	// AbortEvery, above 0, aborts every AbortEvery-th transaction on
+	// purpose (counted from 1): its records must never be read
+	// read_committed.
+	AbortEvery int
+}
+
+// DriverAborted is the error text of a record the driver aborted on
+// purpose (Transactional.AbortEvery).
+const DriverAborted = "aborted by the driver"
 
 // Ack is the outcome of one record, as the client reported it.
 type Ack struct {

@@ -43,6 +43,9 @@ func (f Franz) Produce(ctx context.Context, cfg ProduceConfig, onAck func(Ack)) 
 	if err := checkProduceConfig(cfg); err != nil {
 		return err
 	}
+	if err := noTransactions("franz", cfg); err != nil {
+		return err
+	}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(bootstrapList(cfg.Bootstrap)...),
 		kgo.ClientID("baton-franz"),

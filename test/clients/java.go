@@ -118,6 +118,12 @@ func (j Java) Produce(ctx context.Context, cfg ProduceConfig, onAck func(Ack)) e
 	if cfg.Headers {
 		args = append(args, "--headers")
 	}
+	if tx := cfg.Transactional; tx != nil {
+		args = append(args, "--transactional-id", tx.ID, "--abort-every", strconv.Itoa(tx.AbortEvery))
+		if tx.PerTransaction > 0 {
+			args = append(args, "--per-transaction", strconv.Itoa(tx.PerTransaction))
+		}
+	}
 	resume, stopResume, err := resumeFile(ctx, cfg)
 	if err != nil {
 		return err
@@ -144,7 +150,7 @@ func javaProducerConfig(cfg ProduceConfig, dir string) (string, error) {
 	w("bootstrap.servers", strings.Join(bootstrapList(cfg.Bootstrap), ","))
 	w("client.id", "baton-java")
 	w("acks", "all")
-	w("enable.idempotence", strconv.FormatBool(cfg.Idempotent))
+	w("enable.idempotence", strconv.FormatBool(cfg.Idempotent || cfg.Transactional != nil))
 	w("compression.type", codecName(cfg.Compression))
 	sec := cfg.Security
 	w("security.protocol", sec.Protocol())

@@ -56,6 +56,67 @@ func TestJavaProducer(t *testing.T) {
 	}
 }
 
+// TestJavaTransactionalProducer: the Java driver's transactional mode on the
+// embedded cluster. Records are acked only in committed transactions, every
+// record of an aborted one fails with DriverAborted, and a read_committed
+// consumer finds exactly the acked records, at their acked offsets. The
+// other drivers refuse the mode.
+func TestJavaTransactionalProducer(t *testing.T) {
+	t.Parallel()
+	c, err := embedded.Start(embedded.Brokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	const topic = "java-txn"
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...), kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 3, 1, nil, topic); err != nil {
+		t.Fatalf("creating %s: %v", topic, err)
+	}
+	cfg := ProduceConfig{Bootstrap: c.Bootstrap(), Topic: topic, Records: 55, KeyPrefix: "txn",
+		Transactional: &Transactional{ID: "java-txn", PerTransaction: 10, AbortEvery: 3}}
+	acked := map[string]Ack{}
+	if err := (Java{}).Produce(ctx, cfg, func(a Ack) {
+		aborted := (a.Seq/10+1)%3 == 0 // the third and sixth transactions
+		switch {
+		case aborted && !strings.Contains(a.Err, DriverAborted):
+			t.Errorf("record %d of the aborted transaction: %+v, want %q", a.Seq, a, DriverAborted)
+		case !aborted && a.Err != "":
+			t.Errorf("record %d of a committed transaction failed: %s", a.Seq, a.Err)
+		case !aborted:
+			acked[a.Key] = a
+		}
+	}); err != nil {
+		t.Fatalf("Produce: %v", err)
+	}
+	if len(acked) != 40 {
+		t.Fatalf("%d records acked, want 40 (four committed transactions)", len(acked))
+	}
+	seen := 0
+	for seen < len(acked) {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %d of %d committed records: %v", seen, len(acked), ctx.Err())
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			a, ok := acked[string(r.Key)]
+			if !ok || a.Partition != r.Partition || a.Offset != r.Offset {
+				t.Errorf("read_committed found %s at %d/%d; acked %+v (%v)", r.Key, r.Partition, r.Offset, a, ok)
+			}
+			seen++
+		})
+	}
+	if err := (Franz{}).Produce(ctx, cfg, func(Ack) {}); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("franz-go driver with Transactional: %v, want ErrUnsupported", err)
+	}
+}
+
 // TestJavaProducerCancel runs against an address nothing listens on, so
 // KafkaProducer blocks for metadata (max.block.ms, 60 s) until the context
 // ends: the driver must kill the JVM, fail every record once, and return

@@ -45,6 +45,9 @@ func (k Kafkajs) Produce(ctx context.Context, cfg ProduceConfig, onAck func(Ack)
 	if err := checkProduceConfig(cfg); err != nil {
 		return err
 	}
+	if err := noTransactions("kafkajs", cfg); err != nil {
+		return err
+	}
 	switch codecName(cfg.Compression) {
 	case "none", "gzip":
 	default:

@@ -84,6 +84,9 @@ func (k Kcat) Produce(ctx context.Context, cfg ProduceConfig, onAck func(Ack)) e
 	if err := checkProduceConfig(cfg); err != nil {
 		return err
 	}
+	if err := noTransactions("kcat", cfg); err != nil {
+		return err
+	}
 	if cfg.Headers {
 		return fmt.Errorf("%w: kcat: -H headers are the same for every record of a run, so no per-record baton-seq header", ErrUnsupported)
 	}

@@ -51,6 +51,9 @@ func (p Python) Produce(ctx context.Context, cfg ProduceConfig, onAck func(Ack))
 	if err := checkProduceConfig(cfg); err != nil {
 		return err
 	}
+	if err := noTransactions("python", cfg); err != nil {
+		return err
+	}
 	venv := p.Venv
 	if venv == "" {
 		v, err := DefaultVenv()

@@ -41,8 +41,22 @@ func checkProduceConfig(cfg ProduceConfig) error {
 		return fmt.Errorf("clients: ProduceConfig.PauseAt must be 0 or in [1, Records=%d), got %d", cfg.Records, cfg.PauseAt)
 	case cfg.PauseAt > 0 && cfg.Resume == nil:
 		return errors.New("clients: ProduceConfig.PauseAt is set but Resume is nil")
+	case cfg.Transactional != nil && cfg.Transactional.ID == "":
+		return errors.New("clients: ProduceConfig.Transactional.ID is empty")
+	case cfg.Transactional != nil && (cfg.Transactional.PerTransaction < 0 || cfg.Transactional.AbortEvery < 0):
+		return fmt.Errorf("clients: ProduceConfig.Transactional: PerTransaction %d and AbortEvery %d must not be negative",
+			cfg.Transactional.PerTransaction, cfg.Transactional.AbortEvery)
 	}
 	return cfg.Security.check()
+}
+
+// noTransactions refuses a transactional cfg for a client whose driver has
+// no transactional mode.
+func noTransactions(client string, cfg ProduceConfig) error {
+	if cfg.Transactional != nil {
+		return fmt.Errorf("%w: %s: transactions (only the java driver has them)", ErrUnsupported, client)
+	}
+	return nil
 }
 
 // codecName is cfg.Compression with "" spelled "none".

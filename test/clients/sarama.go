@@ -46,6 +46,9 @@ func (s Sarama) Produce(ctx context.Context, cfg ProduceConfig, onAck func(Ack))
 	if err := checkProduceConfig(cfg); err != nil {
 		return err
 	}
+	if err := noTransactions("sarama", cfg); err != nil {
+		return err
+	}
 	conf := sarama.NewConfig()
 	if s.Config != nil {
 		c := *s.Config

@@ -12,6 +12,7 @@
 //   java -cp CLASSES:KAFKA_JARS BatonProducer --producer-config FILE
 //        --topic T --records N [--rate R] [--key-prefix P] [--headers]
 //        [--client NAME] [--pause-at N --resume-file FILE]
+//        [--transactional-id ID [--per-transaction N] [--abort-every K]]
 //
 // The producer config file carries bootstrap.servers, acks, idempotence,
 // compression and the security settings (GivenToken below serves an
@@ -20,6 +21,16 @@
 // reported exactly once, whether its send callback fires or send() throws.
 // With --pause-at, records from N on wait until FILE exists (paced again
 // from then).
+// With --transactional-id the producer is transactional (transactional.id
+// ID): it writes the records in transactions of N (default 10), aborting
+// every K-th on purpose (counted from 1; 0, the default: none), and reports
+// a record acked only once its transaction committed; every record of a
+// transaction that did not commit is reported with its send's error, else
+// the transaction's ("aborted by the driver" for --abort-every). An
+// abortable error aborts the transaction and the run goes on; a fatal one
+// (abortTransaction fails too) fails every record left. --pause-at then
+// pauses at the first transaction starting at or after N, never inside
+// one.
 // Nothing but ack lines goes to stdout (logging goes to stderr).
 
 import java.io.BufferedOutputStream;
@@ -37,6 +48,8 @@ import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import java.util.Set;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicIntegerArray;
 import java.util.concurrent.locks.LockSupport;
@@ -75,8 +88,8 @@ public final class BatonProducer {
         System.setOut(System.err);
 
         String configFile = null, topic = null, prefix = "", client = "java";
-        String resumeFile = null;
-        int records = -1, rate = 0, pauseAt = 0;
+        String resumeFile = null, txnID = null;
+        int records = -1, rate = 0, pauseAt = 0, perTxn = 10, abortEvery = 0;
         boolean headers = false;
         for (int i = 0; i < args.length; i++) {
             switch (args[i]) {
@@ -89,6 +102,9 @@ public final class BatonProducer {
                 case "--pause-at": pauseAt = Integer.parseInt(args[++i]); break;
                 case "--resume-file": resumeFile = args[++i]; break;
                 case "--headers": headers = true; break;
+                case "--transactional-id": txnID = args[++i]; break;
+                case "--per-transaction": perTxn = Integer.parseInt(args[++i]); break;
+                case "--abort-every": abortEvery = Integer.parseInt(args[++i]); break;
                 default:
                     System.err.println("BatonProducer: unknown argument " + args[i]);
                     System.exit(2);
@@ -96,6 +112,10 @@ public final class BatonProducer {
         }
         if (configFile == null || topic == null || records < 1 || rate < 0) {
             System.err.println("BatonProducer: need --producer-config, --topic, --records >= 1 (and --rate >= 0)");
+            System.exit(2);
+        }
+        if (perTxn < 1 || abortEvery < 0) {
+            System.err.println("BatonProducer: need --per-transaction >= 1 and --abort-every >= 0");
             System.exit(2);
         }
         if (pauseAt < 0 || (pauseAt > 0 && resumeFile == null)) {
@@ -109,9 +129,21 @@ public final class BatonProducer {
         }
         props.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
         props.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
+        if (txnID != null) {
+            props.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, txnID);
+            props.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
+        }
 
         BatonProducer bp = new BatonProducer(acks, records);
         byte[] clientBytes = client.getBytes(StandardCharsets.UTF_8);
+        if (txnID != null) {
+            bp.transactional(props, topic, records, rate, prefix, headers, clientBytes, pauseAt, resumeFile, perTxn, abortEvery);
+            for (int seq = 0; seq < records; seq++) {
+                bp.report(seq, prefix + "-" + seq, null, new IllegalStateException("no outcome reported by the producer before close"));
+            }
+            acks.flush();
+            System.exit(acks.checkError() ? 1 : 0);
+        }
         try (KafkaProducer<String, String> producer = new KafkaProducer<>(props)) {
             long start = System.nanoTime();
             for (int seq = 0; seq < records; seq++) {
@@ -158,6 +190,102 @@ public final class BatonProducer {
         System.exit(acks.checkError() ? 1 : 0);
     }
 
+    private static ProducerRecord<String, String> record(String topic, String prefix, int seq, boolean headers, byte[] clientBytes) {
+        String key = prefix + "-" + seq;
+        List<Header> hs = null;
+        if (headers) {
+            hs = new ArrayList<>(2);
+            hs.add(new RecordHeader("baton-client", clientBytes));
+            hs.add(new RecordHeader("baton-seq", Integer.toString(seq).getBytes(StandardCharsets.UTF_8)));
+        }
+        return new ProducerRecord<>(topic, null, key, "value of " + key, hs);
+    }
+
+    /** The --transactional-id run: see the file's comment. */
+    private void transactional(Properties props, String topic, int records, int rate, String prefix, boolean headers,
+            byte[] clientBytes, int pauseAt, String resumeFile, int perTxn, int abortEvery) {
+        try (KafkaProducer<String, String> producer = new KafkaProducer<>(props)) {
+            try {
+                producer.initTransactions();
+            } catch (RuntimeException e) {
+                for (int seq = 0; seq < records; seq++) {
+                    report(seq, prefix + "-" + seq, null, e);
+                }
+                return;
+            }
+            long start = System.nanoTime();
+            boolean paused = pauseAt > 0;
+            for (int first = 0, txn = 1; first < records; first += perTxn, txn++) {
+                int end = Math.min(records, first + perTxn);
+                if (paused && first >= pauseAt) {
+                    while (!Files.exists(Paths.get(resumeFile))) {
+                        LockSupport.parkNanos(TimeUnit.MILLISECONDS.toNanos(20));
+                    }
+                    paused = false;
+                    if (rate > 0) {
+                        start = System.nanoTime() - (long) ((double) first * TimeUnit.SECONDS.toNanos(1) / rate);
+                    }
+                }
+                boolean abort = abortEvery > 0 && txn % abortEvery == 0;
+                List<Future<RecordMetadata>> sent = new ArrayList<>(end - first);
+                Exception failed = null;
+                boolean fatal = false;
+                try {
+                    producer.beginTransaction();
+                    for (int seq = first; seq < end; seq++) {
+                        if (rate > 0) {
+                            long due = start + (long) ((double) seq * TimeUnit.SECONDS.toNanos(1) / rate);
+                            for (long wait; (wait = due - System.nanoTime()) > 0; ) {
+                                LockSupport.parkNanos(wait);
+                            }
+                        }
+                        sent.add(producer.send(record(topic, prefix, seq, headers, clientBytes)));
+                    }
+                    if (abort) {
+                        producer.abortTransaction();
+                    } else {
+                        producer.commitTransaction();
+                    }
+                } catch (RuntimeException e) {
+                    failed = e;
+                    try {
+                        producer.abortTransaction();
+                    } catch (RuntimeException e2) {
+                        fatal = true; // not abortable: the producer is done
+                    }
+                }
+                for (int seq = first; seq < end; seq++) {
+                    String key = prefix + "-" + seq;
+                    Exception ex = failed;
+                    if (ex == null && abort) {
+                        ex = new IllegalStateException("aborted by the driver");
+                    }
+                    RecordMetadata md = null;
+                    if (seq - first < sent.size()) {
+                        try {
+                            md = sent.get(seq - first).get();
+                        } catch (ExecutionException e) {
+                            // Its own send's error says most.
+                            ex = e.getCause() instanceof Exception && !abort ? (Exception) e.getCause() : ex;
+                        } catch (InterruptedException e) {
+                            Thread.currentThread().interrupt();
+                            ex = e;
+                        }
+                    } else if (ex == null) {
+                        ex = new IllegalStateException("not sent");
+                    }
+                    report(seq, key, ex == null ? md : null, ex);
+                }
+                if (fatal) {
+                    for (int seq = end; seq < records; seq++) {
+                        report(seq, prefix + "-" + seq, null, failed);
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
     private void report(int seq, String key, RecordMetadata md, Exception ex) {
         if (!reported.compareAndSet(seq, 0, 1)) {
             return;
@@ -169,6 +297,9 @@ public final class BatonProducer {
             b.append(",\"partition\":").append(md.partition()).append(",\"offset\":").append(md.offset());
         } else {
             String msg = ex == null ? "no metadata and no exception" : ex.getClass().getSimpleName() + ": " + ex.getMessage();
+            if (ex != null && ex.getCause() != null && ex.getCause() != ex) {
+                msg += " (caused by " + ex.getCause().getClass().getSimpleName() + ": " + ex.getCause().getMessage() + ")";
+            }
             b.append(",\"error\":");
             quote(b, msg);
         }
