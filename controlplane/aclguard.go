@@ -109,16 +109,32 @@ func (g *ACLGuard) principal() string {
 }
 
 // Validate refuses a replicator principal the guard cannot tell from
-// producers.
+// producers: none, User:ANONYMOUS (every client without SASL or TLS client
+// auth has it) and User:* (every principal).
 func (g *ACLGuard) Validate() error {
 	switch p := g.principal(); p {
-	case "User:", anonymous, "User:*":
+	case "User:":
+		return fmt.Errorf("%w: none named, and the guard exempts only the replicator's principal from its DENY ACLs; "+
+			"name the principal the destination gives the replicator (with a TLS client certificate, the one its "+
+			"principal mapping makes of the certificate)", ErrGuardPrincipal)
+	case anonymous, "User:*":
 		return fmt.Errorf("%w: %q: on a destination with an authorizer that is "+
 			"every client without SASL or TLS client auth (or every client at all), so exempting it guards nothing; "+
 			"connect the replicator with SASL or mTLS and name its principal", ErrGuardPrincipal, p)
 	}
 	return nil
 }
+
+// anonymousWhy and anonymousRemedy are DetectGuard's NoGuard for an
+// anonymous replicator on a destination with an authorizer.
+const (
+	anonymousWhy = "the replicator reaches the destination without SASL or a TLS client certificate, as User:ANONYMOUS, " +
+		"the principal of every such client: an ACL cannot let it write a topic and keep the other anonymous clients " +
+		"out, so the destination is not write-protected against them"
+	anonymousRemedy = "To have Baton deny such writes, give the destination an authenticated listener (SASL or mTLS), " +
+		"connect the replicator through it (--destination-sasl-*, or --destination-tls-cert) and set " +
+		"--replicator-principal to the principal it has there"
+)
 
 func (g *ACLGuard) ledger() GuardLedger {
 	if g.Owned != nil {
@@ -308,9 +324,14 @@ func createACLs(ctx context.Context, adm *kadm.Client, b *kadm.ACLBuilder) error
 // replicator (a principal, "User:" added when missing) when the
 // destination has an authorizer, NoGuard when it answers DescribeACLs with
 // SECURITY_DISABLED (no authorizer: nothing to enforce the guard with; the
-// agents alone keep producers off D.T before COMPLETE). Any other error,
-// an authorization failure of the admin's principal included, is returned:
-// a guard that silently does nothing is worse than a refused start.
+// agents alone keep producers off D.T before COMPLETE). A replicator that
+// is User:ANONYMOUS cannot be told from the other anonymous clients by any
+// ACL: on a destination with an authorizer that is NoGuard too, whose Why
+// and Remedy say so (a destination where every client is anonymous still
+// runs; an explicit ACLGuard refuses it, see Validate). Any other error, an
+// authorization failure of the admin's principal or an unusable principal
+// (none, User:*) included, is returned: a guard that silently does nothing
+// is worse than a refused start.
 func DetectGuard(ctx context.Context, adm *kadm.Client, replicator string) (WriteGuard, error) {
 	b := kadm.NewACLs().Topics("__baton_guard_probe").Allow().AllowHosts().
 		Operations(kadm.OpAny).ResourcePatternType(kadm.ACLPatternLiteral)
@@ -325,13 +346,14 @@ func DetectGuard(ctx context.Context, adm *kadm.Client, replicator string) (Writ
 	}
 	switch {
 	case errors.Is(err, kerr.SecurityDisabled):
-		return NoGuard{}, nil
+		return NoGuard{Why: "the destination has no authorizer (DescribeACLs answers SECURITY_DISABLED)"}, nil
 	case err != nil:
 		return nil, fmt.Errorf("%w: asking the destination whether it has an authorizer (DescribeACLs): %v", ErrGuard, err)
-	case replicator == "":
-		return nil, fmt.Errorf("%w: the destination has an authorizer, so the guard needs the replicator's principal", ErrGuard)
 	}
 	g := &ACLGuard{Admin: adm, Replicator: replicator}
+	if g.principal() == anonymous {
+		return NoGuard{Why: anonymousWhy, Remedy: anonymousRemedy}, nil
+	}
 	if err := g.Validate(); err != nil {
 		return nil, err
 	}

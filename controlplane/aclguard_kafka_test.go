@@ -90,8 +90,11 @@ func TestACLGuardStandardAuthorizer(t *testing.T) {
 	}
 	expect("repl", "probe", false)
 
-	if _, err := DetectGuard(ctx, adm, "User:ANONYMOUS"); !errors.Is(err, ErrGuardPrincipal) {
-		t.Errorf("DetectGuard with an anonymous replicator: %v, want ErrGuardPrincipal", err)
+	if g, err := DetectGuard(ctx, adm, "User:ANONYMOUS"); err != nil || g != (NoGuard{Why: anonymousWhy, Remedy: anonymousRemedy}) {
+		t.Errorf("DetectGuard with an anonymous replicator = %#v, %v; want the NoGuard saying so", g, err)
+	}
+	if _, err := DetectGuard(ctx, adm, "User:*"); !errors.Is(err, ErrGuardPrincipal) {
+		t.Errorf("DetectGuard with the wildcard principal: %v, want ErrGuardPrincipal", err)
 	}
 	wg, err := DetectGuard(ctx, adm, "repl")
 	if err != nil {

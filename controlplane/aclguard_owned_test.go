@@ -3,6 +3,8 @@ package controlplane
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -71,20 +73,43 @@ func TestACLGuardLiftsOnlyItsOwn(t *testing.T) {
 	}
 }
 
-// The replicator's principal must be told apart from producers.
+// The replicator's principal must be told apart from producers. An
+// ACLGuard refuses one that cannot be; DetectGuard runs without a guard for
+// an anonymous replicator (every client of a destination without SASL or
+// mTLS is one), saying why, and refuses none or the wildcard.
 func TestACLGuardRefusesAnonymousReplicator(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	dest := aclDestination(t)
 	adm := kadm.NewClient(saslClient(t, dest, "admin", "admin-pw"))
-	for _, p := range []string{"User:ANONYMOUS", "ANONYMOUS", "User:*"} {
-		if err := (&ACLGuard{Admin: adm, Replicator: p}).Protect(ctx, "orders"); !errors.Is(err, ErrGuardPrincipal) {
-			t.Errorf("Protect with replicator %s: %v, want ErrGuardPrincipal", p, err)
-		}
-		if _, err := DetectGuard(ctx, adm, p); !errors.Is(err, ErrGuardPrincipal) {
-			t.Errorf("DetectGuard with replicator %s on a destination with an authorizer: %v, want ErrGuardPrincipal", p, err)
-		}
+	for _, tc := range []struct {
+		replicator string
+		detected   string // what DetectGuard gives: "none" (a NoGuard saying why) or "refused"
+	}{
+		{"User:ANONYMOUS", "none"},
+		{"ANONYMOUS", "none"},
+		{"User:*", "refused"},
+		{"", "refused"},
+	} {
+		t.Run(fmt.Sprintf("%q", tc.replicator), func(t *testing.T) {
+			if err := (&ACLGuard{Admin: adm, Replicator: tc.replicator}).Protect(ctx, "orders"); !errors.Is(err, ErrGuardPrincipal) {
+				t.Errorf("Protect with replicator %q: %v, want ErrGuardPrincipal", tc.replicator, err)
+			}
+			g, err := DetectGuard(ctx, adm, tc.replicator)
+			switch tc.detected {
+			case "none":
+				ng, ok := g.(NoGuard)
+				if err != nil || !ok || !strings.Contains(ng.Why, "User:ANONYMOUS") || !strings.Contains(ng.Remedy, "--replicator-principal") {
+					t.Errorf("DetectGuard with replicator %q on a destination with an authorizer = %#v, %v; want a NoGuard "+
+						"saying the replicator is anonymous and naming --replicator-principal", tc.replicator, g, err)
+				}
+			case "refused":
+				if !errors.Is(err, ErrGuardPrincipal) {
+					t.Errorf("DetectGuard with replicator %q = %T, %v; want ErrGuardPrincipal", tc.replicator, g, err)
+				}
+			}
+		})
 	}
 	if hasACL(t, ctx, adm, "orders", "User:ANONYMOUS", true) {
 		t.Error("an ALLOW for User:ANONYMOUS was created")

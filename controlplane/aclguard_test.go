@@ -142,11 +142,13 @@ func TestDetectGuard(t *testing.T) {
 		adm        *kadm.Client
 		replicator string
 		want       string // "acl", "none" or "error"
+		wantErr    error  // for "error"
 	}{
-		{"authorizer", kadm.NewClient(saslClient(t, dest, "admin", "admin-pw")), "repl", "acl"},
-		{"authorizer without the replicator's principal", kadm.NewClient(saslClient(t, dest, "admin", "admin-pw")), "", "error"},
-		{"admin may not describe ACLs", kadm.NewClient(saslClient(t, dest, "other", "other-pw")), "repl", "error"},
-		{"Apache Kafka without an authorizer", kadm.NewClient(plainCl), "repl", "none"},
+		{"authorizer", kadm.NewClient(saslClient(t, dest, "admin", "admin-pw")), "repl", "acl", nil},
+		{"authorizer without the replicator's principal", kadm.NewClient(saslClient(t, dest, "admin", "admin-pw")), "", "error", ErrGuardPrincipal},
+		{"authorizer, anonymous replicator", kadm.NewClient(saslClient(t, dest, "admin", "admin-pw")), "User:ANONYMOUS", "none", nil},
+		{"admin may not describe ACLs", kadm.NewClient(saslClient(t, dest, "other", "other-pw")), "repl", "error", ErrGuard},
+		{"Apache Kafka without an authorizer", kadm.NewClient(plainCl), "repl", "none", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g, err := DetectGuard(ctx, tc.adm, tc.replicator)
@@ -160,8 +162,8 @@ func TestDetectGuard(t *testing.T) {
 			if got != tc.want {
 				t.Fatalf("DetectGuard = %T, %v; want %s", g, err, tc.want)
 			}
-			if tc.want == "error" && !errors.Is(err, ErrGuard) {
-				t.Fatalf("error %v is not ErrGuard", err)
+			if tc.want == "error" && !errors.Is(err, tc.wantErr) {
+				t.Fatalf("error %v is not %v", err, tc.wantErr)
 			}
 		})
 	}

@@ -303,11 +303,8 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 	cp.mu.Lock()
 	cp.publishLocked()
 	cp.mu.Unlock()
-	if _, none := cfg.guard.(NoGuard); none {
-		cp.log.Warn("the destination write guard protects nothing: the destination has no authorizer, or the guard is off " +
-			"(--write-guard=none). Only the agents keep producers off a topic on the destination before its cutover; a client " +
-			"writing the destination directly diverges it, and its cutover is then refused. Enable an authorizer on the " +
-			"destination (with SASL for the replicator) to have Baton deny such writes")
+	if ng, none := cfg.guard.(NoGuard); none {
+		cp.log.Warn(ng.warning())
 	}
 	if es := cp.replicaStore(); es != nil {
 		cp.wg.Add(1)

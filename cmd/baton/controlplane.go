@@ -62,10 +62,13 @@ nothing more and exits (status 1) for its supervisor to restart it.
 
 The destination write guard keeps everyone but the replicator off a topic on
 the destination until its cutover completes. --write-guard=auto (the default)
-uses Kafka ACLs when the destination has an authorizer and nothing when it
-answers SECURITY_DISABLED; the replicator and the guard's admin client both
-use the --destination-sasl-* credentials, whose principal must be allowed to
-alter ACLs.
+uses Kafka ACLs when the destination has an authorizer, and nothing when it
+answers SECURITY_DISABLED or when the replicator connects without SASL or a
+client certificate (User:ANONYMOUS, like every client of a destination
+without SASL or mTLS: no ACL tells it from the others), which it warns of;
+--write-guard=acl refuses an anonymous replicator. The replicator and the
+guard's admin client both use the --destination-sasl-* credentials, whose
+principal must be allowed to alter ACLs.
 
 The source fence denies every producer (but superusers) writes to a topic on
 the source from its cutover on, with a DENY WRITE ACL for User:* that every
@@ -376,7 +379,7 @@ allowed to alter and describe ACLs.`,
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&writeGuard, "write-guard", "auto", "destination write guard: auto (ACLs if the destination has an authorizer), acl or none")
 	f.StringVar(&sourceFence, "source-fence", "auto", "source fence at each cutover: auto (an ACL if the source has an authorizer), acl or none")
-	f.StringVar(&replPrincipal, "replicator-principal", "", `the replicator's principal on the destination, exempt from the guard (default: User:<--destination-sasl-user>, with OAUTHBEARER User:<the token's sub claim>, or User:ANONYMOUS without SASL)`)
+	f.StringVar(&replPrincipal, "replicator-principal", "", `the replicator's principal on the destination, exempt from the guard (default: User:<--destination-sasl-user>, with OAUTHBEARER User:<the token's sub claim>, User:ANONYMOUS without SASL or a client certificate, for which --write-guard=auto runs without a guard and warns; with a client certificate it must be named)`)
 	srcSASL.add(f, "source")
 	destSASL.add(f, "destination")
 	markAddrs(f, addrDial, "source", "destination")
@@ -409,9 +412,11 @@ func pickFence(ctx context.Context, mode string, cl *kgo.Client) (controlplane.S
 
 // replicatorPrincipal is the replicator's principal on the destination:
 // --replicator-principal (flag) if given, else the one the --destination-sasl
-// flags authenticate as, else User:ANONYMOUS. An OAUTHBEARER token that
-// names none (not a JWT, no sub claim) or cannot be had fails the start
-// unless the guard, the principal's one user, is off.
+// flags authenticate as, else none ("") with a TLS client certificate (the
+// broker maps it to a principal, by rules of its own), else User:ANONYMOUS.
+// An OAUTHBEARER token that names none (not a JWT, no sub claim) or cannot
+// be had fails the start unless the guard, the principal's one user, is
+// off.
 func replicatorPrincipal(ctx context.Context, flag, writeGuard string, dest *securityFlags) (string, error) {
 	if flag != "" {
 		return flag, nil
@@ -420,21 +425,28 @@ func replicatorPrincipal(ctx context.Context, flag, writeGuard string, dest *sec
 	if err != nil && writeGuard != "none" {
 		return "", fmt.Errorf("--replicator-principal: none given, and %w; name the principal the destination gives the replicator, or run with --write-guard=none", err)
 	}
-	if p == "" {
+	if p == "" && dest.certFile == "" {
 		p = "User:ANONYMOUS" // what Kafka calls a client without SASL or TLS client auth
 	}
 	return p, nil
 }
 
-// pickGuard returns the write guard --write-guard names.
+// pickGuard returns the write guard --write-guard names. Without an
+// authorizer on the destination, or with an anonymous replicator (every
+// client of a destination without SASL or mTLS is), auto runs without a
+// guard, which the control plane warns of; an explicit acl refuses a
+// principal it cannot work with.
 func pickGuard(ctx context.Context, mode string, adm *kadm.Client, principal string) (controlplane.WriteGuard, error) {
 	switch mode {
 	case "none":
-		return controlplane.NoGuard{}, nil
+		return controlplane.NoGuard{Why: "the guard is off (--write-guard=none)",
+			Remedy: "Run with --write-guard=auto to have Baton deny such writes where the destination can"}, nil
 	case "acl":
 		g := &controlplane.ACLGuard{Admin: adm, Replicator: principal}
 		if err := g.Validate(); err != nil {
-			return nil, fmt.Errorf("--write-guard=acl: --replicator-principal: %w (set --destination-sasl-* for the replicator)", err)
+			return nil, fmt.Errorf("--write-guard=acl: --replicator-principal: %w (connect the replicator with --destination-sasl-* "+
+				"or a client certificate and name its principal, or use --write-guard=auto, which runs without a guard where "+
+				"every client is anonymous and warns)", err)
 		}
 		return g, nil
 	case "auto":
@@ -442,7 +454,7 @@ func pickGuard(ctx context.Context, mode string, adm *kadm.Client, principal str
 		defer cancel()
 		g, err := controlplane.DetectGuard(dctx, adm, principal)
 		if errors.Is(err, controlplane.ErrGuardPrincipal) {
-			return nil, fmt.Errorf("--replicator-principal: %w (set --destination-sasl-* for the replicator, or --write-guard=none to run without a guard)", err)
+			return nil, fmt.Errorf("--replicator-principal: %w (or --write-guard=none to run without a guard)", err)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("--write-guard=auto: %w (use --write-guard=none to run without a guard)", err)

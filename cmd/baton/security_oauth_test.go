@@ -174,7 +174,8 @@ func TestOAuthFlags(t *testing.T) {
 
 // TestReplicatorPrincipal: the control plane's replicator principal is
 // --replicator-principal, else the destination flags' principal (with
-// OAUTHBEARER the token's sub), else User:ANONYMOUS; a token that names no
+// OAUTHBEARER the token's sub), else none with a client certificate (the
+// broker maps it), else User:ANONYMOUS; a token that names no
 // principal fails the start naming --replicator-principal, unless the guard
 // that needs it is off.
 func TestReplicatorPrincipal(t *testing.T) {
@@ -204,6 +205,9 @@ func TestReplicatorPrincipal(t *testing.T) {
 	}{
 		{name: "the flag", flag: "User:ops-repl", guard: "auto", args: oauthArgs("--destination-sasl-oauth-token-file", opaqueFile), want: "User:ops-repl"},
 		{name: "no SASL", guard: "auto", want: "User:ANONYMOUS"},
+		{name: "client certificate, no SASL", guard: "auto", args: []string{"--destination-tls-cert", "repl.pem", "--destination-tls-key", "repl.key"}, want: ""},
+		{name: "client certificate and SCRAM", guard: "auto", args: []string{"--destination-tls-cert", "repl.pem", "--destination-tls-key", "repl.key",
+			"--destination-sasl-mechanism", "SCRAM-SHA-512", "--destination-sasl-user", "repl"}, want: "User:repl"},
 		{name: "SCRAM user", guard: "auto", args: []string{"--destination-sasl-mechanism", "SCRAM-SHA-512", "--destination-sasl-user", "repl"}, want: "User:repl"},
 		{name: "OAUTHBEARER JWT", guard: "acl", args: oauthArgs("--destination-sasl-oauth-token-file", jwtFile), want: "User:baton-repl"},
 		{name: "OAUTHBEARER opaque token", guard: "auto", args: oauthArgs("--destination-sasl-oauth-token-file", opaqueFile),
