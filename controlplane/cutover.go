@@ -142,9 +142,7 @@ func (cp *ControlPlane) cutover(ctx context.Context, name string, co Cutover, r 
 		cp.event(ctx, Event{Topic: name, Kind: kind, Actor: ActorControlPlane, Attempt: co.Attempt, Agent: agent,
 			Reason: reason, Version: co.Version, StartedAt: co.StartedAt})
 	}
-	open := cp.watchOpenTxns(ctx, name)
 	err := cp.cutoverSteps(ctx, name, co, ev)
-	txns := open.stop()
 	if err == nil {
 		return
 	}
@@ -152,33 +150,28 @@ func (cp *ControlPlane) cutover(ctx context.Context, name string, co Cutover, r 
 	aborted, actor, reason := r.aborted, r.actor, r.reason
 	delete(cp.runs, name)
 	cp.mu.Unlock()
-	bg := context.WithoutCancel(ctx)
+	kind := EventFailed
 	switch {
 	case aborted:
+		kind = EventAborted
 		if reason == "" {
 			reason = "aborted by operator"
 		}
-		err = cp.rollback(bg, name, co, EventAborted, actor, withTxns(reason, txns))
 	case cp.ctx.Err() != nil:
 		cp.log.Warn("control plane stopping mid-cutover; the next start rolls it back", "topic", name)
 		return
 	case errors.Is(err, errTimedOut):
-		err = cp.rollback(bg, name, co, EventTimedOut, ActorControlPlane, withTxns(err.Error(), txns))
+		kind, actor, reason = EventTimedOut, ActorControlPlane, err.Error()
 	default:
-		err = cp.rollback(bg, name, co, EventFailed, ActorControlPlane, withTxns(err.Error(), txns))
+		actor, reason = ActorControlPlane, err.Error()
 	}
-	if err != nil {
+	bg := context.WithoutCancel(ctx)
+	if txns := cp.openTxns(bg, name); txns != "" {
+		reason += "; " + txns // what held the copy (docs/design.md §9)
+	}
+	if err := cp.rollback(bg, name, co, kind, actor, reason); err != nil {
 		cp.log.Error("rolling back; the topic stays MIGRATING until the next start", "topic", name, "err", err)
 	}
-}
-
-// withTxns is a rollback's reason with the open transactions the cutover
-// saw last on its topic, if any (docs/design.md §9).
-func withTxns(reason, txns string) string {
-	if txns == "" {
-		return reason
-	}
-	return reason + "; " + txns
 }
 
 // StepDone is the stored step of a cutover whose every step but storing

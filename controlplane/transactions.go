@@ -6,8 +6,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -281,66 +279,29 @@ func (cp *ControlPlane) transactionalGate(ctx context.Context, topic string) str
 		len(ws), what, cp.cfg.txnWindow, describeWriters(ws, now))
 }
 
-// txnPoll is how often a running cutover reads the source's open
-// transactions of its topic, to name them if it rolls back.
-const txnPoll = time.Second
+// openTxnsTimeout bounds the read of a rolled-back cutover's open
+// transactions: the rollback waits for it.
+const openTxnsTimeout = 2 * time.Second
 
-// txnWatch keeps the latest open transactions of a cutover's topic.
-type txnWatch struct {
-	text   atomic.Pointer[string]
-	cancel context.CancelFunc
-	done   sync.WaitGroup
-}
-
-// watchOpenTxns reads topic's open transactions on the source now and
-// every txnPoll until stopped; nil without Transactions. A cutover that
-// rolls back names what it saw last (an open transaction holds the copy
-// at its first offset, below the end offsets, until it ends).
-func (cp *ControlPlane) watchOpenTxns(ctx context.Context, topic string) *txnWatch {
+// openTxns names topic's open transactions on the source for a cutover
+// that is about to roll back ("" for none, or when they cannot be read):
+// an open transaction holds the copy at its first offset, below the end
+// offsets, until it ends, so one open now is what held this cutover.
+func (cp *ControlPlane) openTxns(ctx context.Context, topic string) string {
 	if cp.cfg.txns == nil {
-		return nil
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	w := &txnWatch{cancel: cancel}
-	w.done.Add(1)
-	go func() {
-		defer w.done.Done()
-		for {
-			qctx, qcancel := context.WithTimeout(ctx, txnGateTimeout)
-			ws, err := cp.cfg.txns.Writers(qctx, topic, time.Time{})
-			qcancel()
-			switch {
-			case ctx.Err() != nil:
-				return
-			case err != nil:
-				cp.log.Debug("reading the source's open transactions during the cutover", "topic", topic, "err", err)
-			case len(ws) == 0:
-				w.text.Store(nil)
-			default:
-				s := "open transactions on the source topic hold the copy at their first offset, below the end offsets " +
-					"(it reads committed data only): " + describeWriters(ws, cp.now()) +
-					"; they end when their producers commit or abort, or at their transaction timeout"
-				w.text.Store(&s)
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(txnPoll):
-			}
-		}
-	}()
-	return w
-}
-
-// stop ends the watch and returns what it saw last ("" for none).
-func (w *txnWatch) stop() string {
-	if w == nil {
 		return ""
 	}
-	w.cancel()
-	w.done.Wait()
-	if s := w.text.Load(); s != nil {
-		return *s
+	ctx, cancel := context.WithTimeout(ctx, openTxnsTimeout)
+	defer cancel()
+	ws, err := cp.cfg.txns.Writers(ctx, topic, time.Time{})
+	if err != nil {
+		cp.log.Debug("reading the source's open transactions for a rollback", "topic", topic, "err", err)
+		return ""
 	}
-	return ""
+	if len(ws) == 0 {
+		return ""
+	}
+	return "open transactions on the source topic hold the copy at their first offset, below the end offsets " +
+		"(it reads committed data only): " + describeWriters(ws, cp.now()) +
+		"; they end when their producers commit or abort, or at their transaction timeout"
 }
