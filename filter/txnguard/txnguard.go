@@ -36,7 +36,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 	"sync"
@@ -125,7 +124,7 @@ func New(cfg Config) (*Factory, error) {
 		cfg.Remember = DefaultRemember
 	}
 	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	return &Factory{cfg: cfg, warned: map[string]struct{}{}}, nil
 }
