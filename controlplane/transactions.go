@@ -74,7 +74,7 @@ func (w TxnWriter) describe(now time.Time) string {
 			if o := w.Open[p]; o >= 0 {
 				fmt.Fprintf(&b, " %d (from offset %d)", p, o)
 			} else {
-				fmt.Fprintf(&b, " %d (added, none of its records there yet)", p)
+				fmt.Fprintf(&b, " %d (added to it, none of its records seen there)", p)
 			}
 		}
 	} else {

@@ -122,7 +122,7 @@ func TestTransactionalProducerRealKafka(t *testing.T) {
 	proxyDone := make(chan struct{})
 	go func() {
 		defer close(proxyDone)
-		run("proxy", 300, 60, 4, func(ack clients.Ack) {
+		run("proxy", 300, 40, 4, func(ack clients.Ack) {
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -149,6 +149,28 @@ func TestTransactionalProducerRealKafka(t *testing.T) {
 		t.Fatalf("migrate while the transactional producer writes: %v; want the transactional-producer gate to refuse, naming %s", err, txnID)
 	}
 	t.Logf("migrate while it writes: %v", err)
+	// What the gate reads: S's leaders report the open transaction's first
+	// offset (DescribeProducers), as the gate names it.
+	wait.For(t, time.Minute, "S to describe the producer's open transaction with its first offset", func() string {
+		ws, err := (&controlplane.SourceTransactions{Admin: srcAdm}).Writers(ctx, topic, time.Time{})
+		if err != nil {
+			return err.Error()
+		}
+		for _, w := range ws {
+			for _, o := range w.Open {
+				if w.TransactionalID == txnID && o >= 0 {
+					t.Logf("open: %+v", w)
+					return ""
+				}
+			}
+		}
+		select {
+		case <-proxyDone:
+			t.Fatalf("the producer ended before S described an open transaction of it with an offset: last %+v", ws)
+		default:
+		}
+		return fmt.Sprintf("%+v", ws)
+	})
 	select {
 	case <-proxyDone:
 	case <-ctx.Done():
