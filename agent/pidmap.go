@@ -58,7 +58,8 @@ func (a *Agent) newPIDMap() *pidmap.Factory {
 		Journal:      j,
 		Restored:     restored,
 		Allocator:    destinationIDs{a},
-		Source:       sourceBatches{a},
+		Source:       clusterBatches{a, false},
+		Destination:  clusterBatches{a, true},
 		Copied:       func(topic string) *pidmap.Copied { return a.routes.Lookup(topic).copied },
 		MaxProducers: a.cfg.producerIDs,
 		Idle:         a.cfg.producerIDIdle,
@@ -111,20 +112,26 @@ func (d destinationIDs) Allocate(ctx context.Context) (int64, int16, error) {
 	return ip.ProducerID, ip.ProducerEpoch, nil
 }
 
-// sourceBatches searches the source for a batch.
-type sourceBatches struct{ a *Agent }
+// clusterBatches searches the source, or the destination, for a batch.
+type clusterBatches struct {
+	a           *Agent
+	destination bool
+}
 
-var _ pidmap.Source = sourceBatches{}
+var _ pidmap.Finder = clusterBatches{}
 
-// sourceSearchRecords bounds how far back from the end the agent looks for
-// an uncertain batch: the client sent it at most a few batches before its
+// searchRecords bounds how far back from the end the agent looks for an
+// uncertain batch: the client sent it at most a few batches before its
 // last one, but other producers may have written since.
-const sourceSearchRecords = 1 << 20
+const searchRecords = 1 << 20
 
-// Find implements pidmap.Source: it searches back from the partition's end
+// Find implements pidmap.Finder: it searches back from the partition's end
 // in growing windows.
-func (s sourceBatches) Find(ctx context.Context, k pidmap.Batch) (int64, error) {
-	src, _ := s.a.clustersOf(ctx)
+func (s clusterBatches) Find(ctx context.Context, k pidmap.Batch) (int64, error) {
+	src, dst := s.a.clustersOf(ctx)
+	if s.destination {
+		src = dst
+	}
 	addr, err := src.LeaderAddr(ctx, k.Topic, k.Partition)
 	if err != nil {
 		return 0, err
@@ -144,26 +151,26 @@ func (s sourceBatches) Find(ctx context.Context, k pidmap.Batch) (int64, error) 
 	}
 	lr := resp.(*kmsg.ListOffsetsResponse)
 	if len(lr.Topics) != 1 || len(lr.Topics[0].Partitions) != 1 {
-		return 0, fmt.Errorf("source cluster: ListOffsets answered %d topics", len(lr.Topics))
+		return 0, fmt.Errorf("%s cluster: ListOffsets answered %d topics", src.Name(), len(lr.Topics))
 	}
 	if err := kerr.ErrorForCode(lr.Topics[0].Partitions[0].ErrorCode); err != nil {
-		return 0, fmt.Errorf("source cluster: ListOffsets: %w", err)
+		return 0, fmt.Errorf("%s cluster: ListOffsets: %w", src.Name(), err)
 	}
 	end := lr.Topics[0].Partitions[0].Offset
 	for window := int64(1024); ; window *= 16 {
 		from := max(end-window, 0)
-		if off, err := s.scan(ctx, src, addr, k, from, end); err == nil || !errors.Is(err, pidmap.ErrNotInSource) {
+		if off, err := s.scan(ctx, src, addr, k, from, end); err == nil || !errors.Is(err, pidmap.ErrNotFound) {
 			return off, err
 		}
-		if from == 0 || window >= sourceSearchRecords {
-			return 0, pidmap.ErrNotInSource
+		if from == 0 || window >= searchRecords {
+			return 0, fmt.Errorf("%w in the last %d records of the %s", pidmap.ErrNotFound, window, src.Name())
 		}
 	}
 }
 
-// scan fetches [from, end) of k's partition from the source leader at addr
-// and returns the base offset of batch k.
-func (s sourceBatches) scan(ctx context.Context, src *upstream.Cluster, addr string, k pidmap.Batch, from, end int64) (int64, error) {
+// scan fetches [from, end) of k's partition from the leader at addr and
+// returns the base offset of batch k.
+func (s clusterBatches) scan(ctx context.Context, src *upstream.Cluster, addr string, k pidmap.Batch, from, end int64) (int64, error) {
 	for from < end {
 		fr := kmsg.NewPtrFetchRequest()
 		fr.SetVersion(max(min(src.Version(1, 12), 12), 4))
@@ -180,14 +187,14 @@ func (s sourceBatches) scan(ctx context.Context, src *upstream.Cluster, addr str
 		}
 		fres := resp.(*kmsg.FetchResponse)
 		if err := kerr.ErrorForCode(fres.ErrorCode); err != nil {
-			return 0, fmt.Errorf("source cluster: Fetch: %w", err)
+			return 0, fmt.Errorf("%s cluster: Fetch: %w", src.Name(), err)
 		}
 		if len(fres.Topics) != 1 || len(fres.Topics[0].Partitions) != 1 {
-			return 0, fmt.Errorf("source cluster: Fetch answered %d topics", len(fres.Topics))
+			return 0, fmt.Errorf("%s cluster: Fetch answered %d topics", src.Name(), len(fres.Topics))
 		}
 		p := fres.Topics[0].Partitions[0]
 		if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-			return 0, fmt.Errorf("source cluster: Fetch: %w", err)
+			return 0, fmt.Errorf("%s cluster: Fetch: %w", src.Name(), err)
 		}
 		b := p.RecordBatches
 		next := from
@@ -205,9 +212,9 @@ func (s sourceBatches) scan(ctx context.Context, src *upstream.Cluster, addr str
 			b = b[n:]
 		}
 		if next == from {
-			return 0, pidmap.ErrNotInSource // nothing readable here
+			return 0, pidmap.ErrNotFound // nothing readable here
 		}
 		from = next
 	}
-	return 0, pidmap.ErrNotInSource
+	return 0, pidmap.ErrNotFound
 }

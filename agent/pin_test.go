@@ -142,6 +142,12 @@ func pinTestBatch(value string) []byte { return pinTestSeqBatch(value, -1, -1, -
 
 // pinTestSeqBatch is pinTestBatch from producer pid, epoch, at sequence seq.
 func pinTestSeqBatch(value string, pid int64, epoch int16, seq int32) []byte {
+	return pinTestSeqBatchAt(value, pid, epoch, seq, time.Now().UnixMilli())
+}
+
+// pinTestSeqBatchAt is pinTestSeqBatch with the record's timestamp ts
+// (Unix ms), which a client's resend of the record keeps.
+func pinTestSeqBatchAt(value string, pid int64, epoch int16, seq int32, ts int64) []byte {
 	var r []byte
 	r = append(r, 0)              // attributes
 	r = binary.AppendVarint(r, 0) // timestamp delta
@@ -150,7 +156,7 @@ func pinTestSeqBatch(value string, pid int64, epoch int16, seq int32) []byte {
 	r = binary.AppendVarint(r, int64(len(value)))
 	r = append(r, value...)
 	r = binary.AppendVarint(r, 0) // headers
-	now := uint64(time.Now().UnixMilli())
+	now := uint64(ts)
 	b := binary.BigEndian.AppendUint64(nil, 0)
 	b = binary.BigEndian.AppendUint32(b, 0) // length, below
 	b = binary.BigEndian.AppendUint32(b, 0xffffffff)

@@ -676,8 +676,11 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 					r.a.log.Debug("produce forward failed", "cluster", s.up.Name(), "broker", s.addr, "err", err)
 					for _, i := range s.idx {
 						results[i].ErrorCode = retriable
-						if s.up == r.src && !errors.Is(err, upstream.ErrNotSent) {
-							parts[i].Uncertain = true // see filter/pidmap
+						if errors.Is(err, upstream.ErrNotSent) {
+							continue
+						}
+						parts[i].Uncertain = true // see filter/pidmap
+						if s.up == r.src {
 							// Maybe written, offset unknown: not a bypass.
 							r.a.writes.unknown(parts[i].Topic, parts[i].Partition, time.Now())
 						}

@@ -226,9 +226,9 @@ type Part struct {
 	// internal/bufpool, which the Handler puts back once it was written.
 	Send []byte
 
-	// Uncertain says the part went to the source and its outcome is
-	// unknown (no answer within the forward deadline, or its connection
-	// died): the source may have written it.
+	// Uncertain says the part was sent (to To) and its outcome is unknown
+	// (no answer within the forward deadline, or its connection died):
+	// that cluster may have written it.
 	Uncertain bool
 }
 

@@ -36,6 +36,23 @@
 // destination), as a broker answers a duplicate of one of its last five
 // batches, and the destination stream starts with the next batch.
 //
+// # Batches resent under a new epoch
+//
+// A client that bumps its epoch (librdkafka does on some errors; Java and
+// franz-go on others) renumbers its unacknowledged batches from sequence 0
+// of the new epoch and sends them again, the same records in the same
+// batches. No cluster can dedupe those: the new epoch is a new session.
+// Direct to one cluster that is a duplicate whenever a renumbered batch had
+// been written; across the cutover the agent can do better, because it
+// knows which batches it sent without learning their outcome. So an
+// uncertain batch is remembered with a fingerprint of its records (its
+// header without the producer fields and CRC, and its records' bytes),
+// whether it went to the source or, under its mapped producer, to the
+// destination (Config.Destination); the first batch of a new session on
+// a partition toward the destination whose records match one of the same
+// producer id under another epoch is looked for where that one went, and
+// answered with its offset when found.
+//
 // An agent killed with batches outstanding never knew they were
 // uncertain, and its successor knows nothing of them. For those the
 // COMPLETE route carries the replicator's record of the last batches of
@@ -65,6 +82,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"math"
 	"sync"
@@ -98,9 +116,9 @@ var (
 	// ErrJournal wraps a failure to make a mapping durable; the part is
 	// answered retriable and the next batch tries again.
 	ErrJournal = errors.New("pidmap: could not record the producer id mapping")
-	// ErrNotInSource is what a Source returns (wrapped) when the source
+	// ErrNotFound is what a Finder returns (wrapped) when its cluster
 	// holds no such batch in the part of the log it searched.
-	ErrNotInSource = errors.New("pidmap: batch not found in the source")
+	ErrNotFound = errors.New("pidmap: batch not found")
 )
 
 const errPrefix = "pidmap: "
@@ -181,10 +199,10 @@ type Allocator interface {
 	Allocate(ctx context.Context) (id int64, epoch int16, err error)
 }
 
-// Source finds batches in the source.
-type Source interface {
-	// Find returns the base offset of b in the source, or an error
-	// wrapping ErrNotInSource when it is not there.
+// Finder finds batches in one cluster.
+type Finder interface {
+	// Find returns the base offset of b in the cluster, or an error
+	// wrapping ErrNotFound when it is not there.
 	Find(ctx context.Context, b Batch) (int64, error)
 }
 
@@ -216,9 +234,15 @@ type Journal interface {
 type Config struct {
 	// Allocator is required.
 	Allocator Allocator
-	// Source, if set, is searched for a retry of an uncertain batch; nil:
-	// such a retry goes to the destination.
-	Source Source
+	// Source, if set, is searched for a retry of a batch sent to the
+	// source whose outcome is unknown; nil: such a retry goes to the
+	// destination.
+	Source Finder
+	// Destination, if set, is searched for a batch sent to the destination
+	// whose outcome is unknown when the client resends it under another
+	// epoch (or after its mapping was evicted); nil: such a resend is
+	// written to the destination again.
+	Destination Finder
 	// Copied, if set, returns the batches the replicator copied for a
 	// topic (the COMPLETE route's).
 	Copied func(topic string) *Copied
@@ -293,6 +317,7 @@ func New(cfg Config) (*Factory, error) {
 		cfg.Now = time.Now
 	}
 	f := &Factory{cfg: cfg}
+	f.uncertain.seed = maphash.MakeSeed()
 	f.sessions = sessions{max: cfg.MaxProducers, idle: cfg.Idle, alloc: cfg.Allocator, journal: cfg.Journal,
 		now: cfg.Now, m: map[Session]*session{}}
 	f.sessions.restore(cfg.Restored)
@@ -346,7 +371,7 @@ func (c *conn) OnRequest(ctx context.Context, x *filter.Exchange) filter.Status 
 			actx, cancel = context.WithTimeout(ctx, f.cfg.Timeout)
 			defer cancel()
 		}
-		if off, ok := f.alreadyWritten(actx, b); ok {
+		if off, ok := f.alreadyWritten(actx, b, p.Records[:n]); ok {
 			p.Answered, p.Code, p.Offset = true, 0, off
 			continue
 		}
@@ -376,9 +401,10 @@ func (c *conn) OnRequest(ctx context.Context, x *filter.Exchange) filter.Status 
 	return filter.Continue
 }
 
-// OnResponse remembers the parts whose outcome at the source is unknown,
-// and notes the destination streams that a sent batch started: from then
-// on the destination dedupes its session's retries on that partition.
+// OnResponse remembers the parts whose outcome is unknown, where they went
+// (the source, or the destination under their mapped producer), and notes
+// the destination streams that a sent batch started: from then on the
+// destination dedupes its session's retries on that partition.
 func (c *conn) OnResponse(_ context.Context, x *filter.Exchange) filter.Status {
 	var now time.Time
 	for _, p := range x.Parts() {
@@ -392,25 +418,40 @@ func (c *conn) OnResponse(_ context.Context, x *filter.Exchange) filter.Status {
 		}
 		if sent {
 			c.f.sessions.confirm(b)
-			c.f.uncertain.take(b)
+			if !p.Uncertain {
+				c.f.uncertain.take(b)
+				continue
+			}
+		}
+		n, err := recordbatch.BatchLen(p.Records)
+		if err != nil {
 			continue
+		}
+		u := uncertainBatch{b: b, print: c.f.uncertain.fingerprint(p.Records[:n])}
+		if sent {
+			if u.dst, ok = c.f.sessions.sentAs(b); !ok {
+				continue // evicted meanwhile
+			}
+			u.toDst = true
 		}
 		if now.IsZero() {
 			now = c.f.cfg.Now()
 		}
-		c.f.uncertain.add(b, now)
+		u.at = now
+		c.f.uncertain.add(u, c.f.cfg.Idle)
 	}
 	return filter.Continue
 }
 
 // alreadyWritten reports whether b, about to start its session's stream
-// toward the destination, is a retry of a source write the replicator
-// copied (the route says so) or of an uncertain one the source holds, and
-// its offset. An uncertain batch is forgotten only once the source is
-// known not to hold it, or once a batch of its session was sent to the
-// destination there (OnResponse): a retry refused unsent (no destination
-// leader, say) is searched for again.
-func (f *Factory) alreadyWritten(ctx context.Context, b Batch) (int64, bool) {
+// toward the destination, is a batch already written: a retry of a source
+// write the replicator copied (the route says so), or a retry or an epoch
+// bump's resend of an uncertain write that the cluster it went to holds;
+// and its offset. An uncertain batch is forgotten only once that cluster
+// is known not to hold it, or once a batch of its session was sent to the
+// destination there with a known outcome (OnResponse): a retry refused
+// unsent (no destination leader, say) is searched for again.
+func (f *Factory) alreadyWritten(ctx context.Context, b Batch, records []byte) (int64, bool) {
 	if f.sessions.started(b) {
 		return 0, false // the destination stream dedupes retries from here on
 	}
@@ -421,20 +462,28 @@ func (f *Factory) alreadyWritten(ctx context.Context, b Batch) (int64, bool) {
 			return off, true
 		}
 	}
-	if f.cfg.Source == nil || !f.uncertain.has(b) {
-		return 0, false
-	}
-	off, err := f.cfg.Source.Find(ctx, b)
-	switch {
-	case err == nil:
-		f.cfg.Log.Debug("retry of an uncertain write answered from the source's copy", "topic", b.Topic,
-			"partition", b.Partition, "producer_id", b.ProducerID, "sequence", b.Seq, "offset", off)
-		return off, true
-	case errors.Is(err, ErrNotInSource):
-		f.uncertain.take(b)
-	default:
-		f.cfg.Log.Warn("could not tell whether the source holds a retried batch; writing it to the destination (it may be a duplicate)",
-			"topic", b.Topic, "partition", b.Partition, "producer_id", b.ProducerID, "sequence", b.Seq, "err", err)
+	for _, u := range f.uncertain.match(b, records) {
+		where, finder, target := "source", f.cfg.Source, u.b
+		if u.toDst {
+			where, finder, target = "destination", f.cfg.Destination, u.dst
+		}
+		if finder == nil {
+			continue
+		}
+		off, err := finder.Find(ctx, target)
+		switch {
+		case err == nil:
+			f.cfg.Log.Debug("uncertain write answered from the "+where+"'s copy", "topic", b.Topic,
+				"partition", b.Partition, "producer_id", b.ProducerID, "epoch", b.Epoch, "sequence", b.Seq,
+				"sent_epoch", u.b.Epoch, "sent_sequence", u.b.Seq, "offset", off)
+			return off, true
+		case errors.Is(err, ErrNotFound):
+			f.uncertain.take(u.b)
+		default:
+			f.cfg.Log.Warn("could not tell whether the "+where+" holds a retried batch; writing it to the destination (it may be a duplicate)",
+				"topic", b.Topic, "partition", b.Partition, "producer_id", b.ProducerID, "sequence", b.Seq, "err", err)
+			return 0, false
+		}
 	}
 	return 0, false
 }
@@ -633,6 +682,23 @@ func (s *sessions) confirm(b Batch) {
 	e.sent[partKey{b.Topic, b.Partition}] = true
 }
 
+// sentAs returns b as it was sent to the destination: under its session's
+// destination producer, at its sequence in the stream there.
+func (s *sessions) sentAs(b Batch) (Batch, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.m[Session{b.ProducerID, b.Epoch}]
+	if e == nil || !allocated(e) || e.err != nil {
+		return Batch{}, false
+	}
+	bs := e.bases[partKey{b.Topic, b.Partition}]
+	if bs == nil {
+		return Batch{}, false
+	}
+	return Batch{Topic: b.Topic, Partition: b.Partition, ProducerID: e.dst.ID, Epoch: e.dst.Epoch,
+		Seq: recordbatch.SeqDistance(bs.seq, b.Seq), Records: b.Records}, true
+}
+
 // makeRoom drops idle mappings (at most every idle/4, or when full), then
 // the least recently used ones while the map is full. Allocations still
 // under way are never dropped. Called with mu held, for a new entry: new
@@ -679,44 +745,145 @@ func (s *sessions) len() int {
 	return len(s.m)
 }
 
-// uncertain is the agent-wide set of uncertain source batches.
-type uncertain struct {
-	mu sync.Mutex
-	m  map[Batch]time.Time
+// uncertainBatch is a batch sent without learning its outcome.
+type uncertainBatch struct {
+	b  Batch // as the client wrote it
+	at time.Time
+	// print is the fingerprint of its records, which a resend under
+	// another epoch keeps.
+	print uint64
+	// toDst says it went to the destination, as dst; else to the source
+	// as the client wrote it.
+	toDst bool
+	dst   Batch
 }
 
-func (u *uncertain) add(b Batch, now time.Time) {
+// producerPart is one producer id's batches on one partition, whatever
+// their epoch.
+type producerPart struct {
+	id        int64
+	topic     string
+	partition int32
+}
+
+// uncertainPerPart bounds the uncertain batches kept per producer id and
+// partition: a client keeps at most five in flight, and a bump resends
+// those.
+const uncertainPerPart = 16
+
+// uncertain is the agent-wide set of uncertain batches.
+type uncertain struct {
+	seed maphash.Seed
+
+	mu sync.Mutex
+	m  map[producerPart][]uncertainBatch
+	n  int
+}
+
+// fingerprint hashes what a resend of one batch under another epoch or
+// sequence keeps: the header from the attributes to the timestamps, the
+// record count and the records.
+func (u *uncertain) fingerprint(batch []byte) uint64 {
+	var h maphash.Hash
+	h.SetSeed(u.seed)
+	h.Write(batch[recordbatch.OffAttributes:recordbatch.OffProducerID])
+	h.Write(batch[recordbatch.OffNumRecords:])
+	return h.Sum64()
+}
+
+func partOf(b Batch) producerPart { return producerPart{b.ProducerID, b.Topic, b.Partition} }
+
+// add remembers x (replacing an entry for the same batch), dropping
+// entries older than idle, then the oldest while over the bounds.
+func (u *uncertain) add(x uncertainBatch, idle time.Duration) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.m == nil {
-		u.m = map[Batch]time.Time{}
+		u.m = map[producerPart][]uncertainBatch{}
 	}
-	if len(u.m) >= uncertainMax {
-		var oldK Batch
+	k := partOf(x.b)
+	list := u.m[k]
+	kept := list[:0]
+	for _, e := range list {
+		if e.b != x.b && x.at.Sub(e.at) <= idle {
+			kept = append(kept, e)
+		}
+	}
+	u.n -= len(list) - len(kept)
+	if len(kept) >= uncertainPerPart {
+		u.n -= len(kept) - uncertainPerPart + 1
+		kept = append(kept[:0], kept[len(kept)-uncertainPerPart+1:]...)
+	}
+	u.m[k] = append(kept, x)
+	u.n++
+	for u.n > uncertainMax {
+		var oldK producerPart
 		var old time.Time
-		for k, t := range u.m {
-			if old.IsZero() || t.Before(old) {
-				oldK, old = k, t
+		for k, l := range u.m {
+			if old.IsZero() || l[0].at.Before(old) {
+				oldK, old = k, l[0].at
 			}
 		}
-		delete(u.m, oldK)
+		u.dropFirst(oldK)
 	}
-	u.m[b] = now
 }
 
-// has reports whether b is uncertain.
-func (u *uncertain) has(b Batch) bool {
+func (u *uncertain) dropFirst(k producerPart) {
+	l := u.m[k]
+	if len(l) <= 1 {
+		delete(u.m, k)
+	} else {
+		u.m[k] = l[1:]
+	}
+	u.n--
+}
+
+// match returns the uncertain batches that b is a retry of (the same
+// batch) or a resend of under another epoch (the same producer id,
+// partition and records), newest first: a batch sent uncertainly, resent
+// under a new epoch uncertainly again, may be held only as first sent.
+func (u *uncertain) match(b Batch, records []byte) []uncertainBatch {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	_, ok := u.m[b]
-	return ok
+	list := u.m[partOf(b)]
+	var out []uncertainBatch
+	var print uint64
+	hashed := false
+	for i := len(list) - 1; i >= 0; i-- {
+		e := list[i]
+		if e.b != b && (e.b.Epoch == b.Epoch || e.b.Records != b.Records) {
+			continue
+		}
+		if e.b != b {
+			if !hashed {
+				print, hashed = u.fingerprint(records), true
+			}
+			if e.print != print {
+				continue
+			}
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 // take reports whether b was uncertain, and forgets it.
 func (u *uncertain) take(b Batch) bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	_, ok := u.m[b]
-	delete(u.m, b)
-	return ok
+	k := partOf(b)
+	list := u.m[k]
+	for i, e := range list {
+		if e.b == b {
+			list = append(list[:i:i], list[i+1:]...)
+			u.n--
+			if len(list) == 0 {
+				delete(u.m, k)
+			} else {
+				u.m[k] = list
+			}
+			return true
+		}
+	}
+	return false
 }

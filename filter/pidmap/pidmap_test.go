@@ -60,7 +60,7 @@ func (s *source) Find(_ context.Context, b pidmap.Batch) (int64, error) {
 	if off, ok := s.at[b]; ok {
 		return off, nil
 	}
-	return 0, pidmap.ErrNotInSource
+	return 0, pidmap.ErrNotFound
 }
 
 // exchange is a produce of one partition of topic t per batch, each part

@@ -218,6 +218,10 @@ func (s *suite) run(t *testing.T, idx int, seed uint64) history.Report {
 		}
 		_ = os.RemoveAll(dir)
 	})
+	if os.Getenv("BATON_RDKAFKA_DEBUG") != "" {
+		// produce.py writes librdkafka's debug log there (runs are serial).
+		os.Setenv("BATON_RDKAFKA_LOG_DIR", dir)
+	}
 	w := &world{t: t, s: s, dir: dir, start: time.Now()}
 	ctx := t.Context()
 

@@ -10,9 +10,14 @@ Usage: produce.py '<json config>' where the config has client, bootstrap,
 topic, records, rate, idempotent, compression, headers, keyPrefix, for a
 paused run, pauseAt and resumeFile (records from pauseAt on wait until
 resumeFile exists) and, optionally, security (see security_config).
+
+With BATON_RDKAFKA_DEBUG set (librdkafka debug contexts, e.g. "eos,msg"),
+librdkafka's debug log goes to <BATON_RDKAFKA_LOG_DIR or the working
+directory>/<keyPrefix>.rdkafka.log: what the client decided on each answer.
 """
 
 import json
+import logging
 import os
 import sys
 import time
@@ -79,6 +84,16 @@ def main() -> int:
         "error_cb": on_error,
     }
     conf.update(security_config(cfg.get("security")))
+    debug = os.environ.get("BATON_RDKAFKA_DEBUG")
+    if debug:
+        log_dir = os.environ.get("BATON_RDKAFKA_LOG_DIR") or "."
+        logger = logging.getLogger("rdkafka")
+        handler = logging.FileHandler(os.path.join(log_dir, f"{prefix or client}.rdkafka.log"))
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG)
+        conf["debug"] = debug
+        conf["logger"] = logger
     producer = Producer(conf)
 
     def delivery(seq, key):
