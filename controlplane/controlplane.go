@@ -747,8 +747,15 @@ func (cp *ControlPlane) AddTopic(ctx context.Context, spec TopicSpec, actor stri
 }
 
 // SetState moves a topic between REJECT and PROXY, or removes it
-// (to migration.Unmanaged). MIGRATING and COMPLETE are the cutover's: see Migrate.
+// (to migration.Unmanaged). MIGRATING and COMPLETE are the cutover's: see
+// Migrate. A topic mid-cutover is refused (ErrCutoverRunning): its
+// MIGRATING ends in COMPLETE or its rollback's PROXY, or by Abort.
 func (cp *ControlPlane) SetState(ctx context.Context, name string, to migration.State, actor string) (Topic, error) {
+	return cp.setState(ctx, name, to, actor, nil)
+}
+
+// setState is SetState, refused also by check (nil: none), under cp.mu.
+func (cp *ControlPlane) setState(ctx context.Context, name string, to migration.State, actor string, check func(*Topic) error) (Topic, error) {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	t, ok := cp.topics[name]
@@ -756,11 +763,24 @@ func (cp *ControlPlane) SetState(ctx context.Context, name string, to migration.
 		return Topic{}, fmt.Errorf("%w: %s", ErrUnknownTopic, name)
 	}
 	from := t.State
+	if _, running := cp.runs[name]; running || from == migration.Migrating {
+		step := ""
+		if t.Cutover != nil {
+			step = ", step " + t.Cutover.Step
+		}
+		return Topic{}, fmt.Errorf("%w: %s is MIGRATING (attempt %d%s): the cutover ends in COMPLETE, or rolled back in PROXY; "+
+			"to end it now: baton topic abort %s", ErrCutoverRunning, name, t.Attempts, step, name)
+	}
 	if err := Transition(from, to); err != nil {
 		return Topic{}, err
 	}
 	if to == migration.Migrating || to == migration.Complete {
 		return Topic{}, fmt.Errorf("%w: %s -> %s: rule %q: use migrate", ErrIllegalTransition, from, to, RuleCompleteByCutover.Name)
+	}
+	if check != nil {
+		if err := check(t); err != nil {
+			return Topic{}, err
+		}
 	}
 	if to == migration.Unmanaged && t.SourceFenceUp && from != migration.Complete {
 		// Only the restore of a REJECT or PROXY topic lifts it.

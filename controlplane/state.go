@@ -47,7 +47,8 @@ var (
 	// ErrIllegalTransition: the state machine refuses the transition; the
 	// message names the rule.
 	ErrIllegalTransition = errors.New("controlplane: illegal transition")
-	// ErrCutoverRunning: a second migrate while one runs.
+	// ErrCutoverRunning: a second migrate while one runs, or a change of
+	// state (REJECT, PROXY, a removal) of a topic mid-cutover.
 	ErrCutoverRunning = errors.New("controlplane: a cutover is already running for the topic")
 	// ErrGateRefused: the cutover gate (time lag, replication readiness)
 	// refused to start.
