@@ -754,6 +754,27 @@ func (cp *ControlPlane) SetState(ctx context.Context, name string, to migration.
 	return cp.setState(ctx, name, to, actor, nil)
 }
 
+// RemoveTopic stops managing a topic, as SetState to migration.Unmanaged
+// does, and refuses a COMPLETE one unless force (ErrNeedsForce): agents
+// route a topic no route names to the source, so producers still writing
+// it through an agent would go back to the source, where the source fence
+// kept since the cutover refuses them, or, with none, their records land
+// where nothing copies them to the destination any more.
+func (cp *ControlPlane) RemoveTopic(ctx context.Context, name, actor string, force bool) (Topic, error) {
+	return cp.setState(ctx, name, migration.Unmanaged, actor, func(t *Topic) error {
+		if t.State != migration.Complete || force {
+			return nil
+		}
+		fence := "with no source fence up, their records would land on the source, where nothing copies them to the destination"
+		if t.SourceFenceUp {
+			fence = "the source fence kept since the cutover refuses them (TOPIC_AUTHORIZATION_FAILED)"
+		}
+		return fmt.Errorf("%w: remove %s: it is COMPLETE, and agents route a topic no route names to the source: producers "+
+			"still writing it through an agent would write the source again (%s); point them at the destination's brokers "+
+			"directly first; to remove it anyway: baton topic remove %s --force", ErrNeedsForce, name, fence, name)
+	})
+}
+
 // setState is SetState, refused also by check (nil: none), under cp.mu.
 func (cp *ControlPlane) setState(ctx context.Context, name string, to migration.State, actor string, check func(*Topic) error) (Topic, error) {
 	cp.mu.Lock()

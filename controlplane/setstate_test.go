@@ -45,6 +45,7 @@ func TestStateChangeRefusedMidCutover(t *testing.T) {
 		{"PROXY", func() (Topic, error) { return p.cp.SetState(ctx, topic, migration.Proxy, "operator") }},
 		{"REJECT", func() (Topic, error) { return p.cp.SetState(ctx, topic, migration.Reject, "operator") }},
 		{"removed", func() (Topic, error) { return p.cp.SetState(ctx, topic, migration.Unmanaged, "operator") }},
+		{"removed by force", func() (Topic, error) { return p.cp.RemoveTopic(ctx, topic, "operator", true) }},
 	} {
 		_, err := tc.call()
 		if !errors.Is(err, ErrCutoverRunning) || !strings.Contains(err.Error(), "baton topic abort "+topic) {

@@ -50,6 +50,9 @@ var (
 	// ErrCutoverRunning: a second migrate while one runs, or a change of
 	// state (REJECT, PROXY, a removal) of a topic mid-cutover.
 	ErrCutoverRunning = errors.New("controlplane: a cutover is already running for the topic")
+	// ErrNeedsForce: a removal that would send a COMPLETE topic's producers
+	// back to the source, asked without force; the message says why.
+	ErrNeedsForce = errors.New("controlplane: refused without force")
 	// ErrGateRefused: the cutover gate (time lag, replication readiness)
 	// refused to start.
 	ErrGateRefused = errors.New("controlplane: cutover gate refused")
