@@ -747,8 +747,36 @@ func (cp *ControlPlane) AddTopic(ctx context.Context, spec TopicSpec, actor stri
 }
 
 // SetState moves a topic between REJECT and PROXY, or removes it
-// (to migration.Unmanaged). MIGRATING and COMPLETE are the cutover's: see Migrate.
+// (to migration.Unmanaged). MIGRATING and COMPLETE are the cutover's: see
+// Migrate. A topic mid-cutover is refused (ErrCutoverRunning): its
+// MIGRATING ends in COMPLETE or its rollback's PROXY, or by Abort.
 func (cp *ControlPlane) SetState(ctx context.Context, name string, to migration.State, actor string) (Topic, error) {
+	return cp.setState(ctx, name, to, actor, nil)
+}
+
+// RemoveTopic stops managing a topic, as SetState to migration.Unmanaged
+// does, and refuses a COMPLETE one unless force (ErrNeedsForce): agents
+// route a topic no route names to the source, so producers still writing
+// it through an agent would go back to the source, where the source fence
+// kept since the cutover refuses them, or, with none, their records land
+// where nothing copies them to the destination any more.
+func (cp *ControlPlane) RemoveTopic(ctx context.Context, name, actor string, force bool) (Topic, error) {
+	return cp.setState(ctx, name, migration.Unmanaged, actor, func(t *Topic) error {
+		if t.State != migration.Complete || force {
+			return nil
+		}
+		fence := "with no source fence up, their records would land on the source, where nothing copies them to the destination"
+		if t.SourceFenceUp {
+			fence = "the source fence kept since the cutover refuses them (TOPIC_AUTHORIZATION_FAILED)"
+		}
+		return fmt.Errorf("%w: remove %s: it is COMPLETE, and agents route a topic no route names to the source: producers "+
+			"still writing it through an agent would write the source again (%s); point them at the destination's brokers "+
+			"directly first; to remove it anyway: baton topic remove %s --force", ErrNeedsForce, name, fence, name)
+	})
+}
+
+// setState is SetState, refused also by check (nil: none), under cp.mu.
+func (cp *ControlPlane) setState(ctx context.Context, name string, to migration.State, actor string, check func(*Topic) error) (Topic, error) {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	t, ok := cp.topics[name]
@@ -756,11 +784,24 @@ func (cp *ControlPlane) SetState(ctx context.Context, name string, to migration.
 		return Topic{}, fmt.Errorf("%w: %s", ErrUnknownTopic, name)
 	}
 	from := t.State
+	if _, running := cp.runs[name]; running || from == migration.Migrating {
+		step := ""
+		if t.Cutover != nil {
+			step = ", step " + t.Cutover.Step
+		}
+		return Topic{}, fmt.Errorf("%w: %s is MIGRATING (attempt %d%s): the cutover ends in COMPLETE, or rolled back in PROXY; "+
+			"to end it now: baton topic abort %s", ErrCutoverRunning, name, t.Attempts, step, name)
+	}
 	if err := Transition(from, to); err != nil {
 		return Topic{}, err
 	}
 	if to == migration.Migrating || to == migration.Complete {
 		return Topic{}, fmt.Errorf("%w: %s -> %s: rule %q: use migrate", ErrIllegalTransition, from, to, RuleCompleteByCutover.Name)
+	}
+	if check != nil {
+		if err := check(t); err != nil {
+			return Topic{}, err
+		}
 	}
 	if to == migration.Unmanaged && t.SourceFenceUp && from != migration.Complete {
 		// Only the restore of a REJECT or PROXY topic lifts it.

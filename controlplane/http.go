@@ -25,14 +25,15 @@ import (
 //	POST   /v1/topics/{name}/abort        abort a cutover   {"actor","reason"}
 //	POST   /v1/topics/{name}/state        REJECT <-> PROXY  {"actor","state"}
 //	POST   /v1/topics/{name}/shadow       switch shadow features {"actor","latencyEmulation","authCheck","authEnforce"}
-//	DELETE /v1/topics/{name}              stop managing
+//	DELETE /v1/topics/{name}?actor=&force= stop managing (a COMPLETE topic only with force=true: RemoveTopic)
 //	GET    /v1/agents                     agents: lease and xDS state
 //	GET    /v1/workers                    replicator workers: partitions, lease, lag
 //	GET    /v1/events?topic=&after=&follow=1   the audit log (NDJSON when following)
 //	GET    /v1/findings?topic=&kind=      open findings agents report
 //
 // Errors are {"error": "..."} with 404 (unknown topic), 409 (illegal
-// transition, cutover running, gate refused, topic exists) or 400; with
+// transition, cutover running, gate refused, topic exists, a removal
+// refused without force) or 400; with
 // APITokens or APIIdentities, 401 (no credentials, an unknown bearer
 // token) and 403 (a certificate mapped to no role, a token and a
 // certificate of two callers, a read-only caller's write). The actor of a
@@ -57,7 +58,12 @@ func (cp *ControlPlane) Handler() http.Handler {
 		reply(w, st, err)
 	})
 	mux.HandleFunc("DELETE /v1/topics/{name}", func(w http.ResponseWriter, r *http.Request) {
-		t, err := cp.SetState(r.Context(), r.PathValue("name"), migration.Unmanaged, actorOf(r, r.URL.Query().Get("actor")))
+		q := r.URL.Query()
+		force, err := parseForceParam(q.Get("force"))
+		var t Topic
+		if err == nil {
+			t, err = cp.RemoveTopic(r.Context(), r.PathValue("name"), actorOf(r, q.Get("actor")), force)
+		}
 		reply(w, t, err)
 	})
 	mux.HandleFunc("POST /v1/topics/{name}/{op}", func(w http.ResponseWriter, r *http.Request) {
@@ -145,6 +151,18 @@ func (cp *ControlPlane) Handler() http.Handler {
 	return mux
 }
 
+// parseForceParam reads a removal's force parameter: empty is false.
+func parseForceParam(v string) (bool, error) {
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("%w: force: %q is not true or false", ErrBadConfig, v)
+	}
+	return b, nil
+}
+
 func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(v); err != nil && !errors.Is(err, io.EOF) {
 		reply(w, nil, fmt.Errorf("%w: request body: %v", ErrBadConfig, err))
@@ -163,7 +181,7 @@ func reply(w http.ResponseWriter, v any, err error) {
 	case errors.Is(err, ErrUnknownTopic):
 		code = http.StatusNotFound
 	case errors.Is(err, ErrIllegalTransition), errors.Is(err, ErrCutoverRunning), errors.Is(err, ErrGateRefused),
-		errors.Is(err, ErrTopicExists):
+		errors.Is(err, ErrTopicExists), errors.Is(err, ErrNeedsForce):
 		code = http.StatusConflict
 	case errors.Is(err, ErrBadConfig):
 	default:
@@ -282,6 +300,23 @@ func (c *APIClient) Op(ctx context.Context, name, op, actor, reason, state strin
 	var out Topic
 	return out, c.do(ctx, http.MethodPost, "/v1/topics/"+url.PathEscape(name)+"/"+op,
 		map[string]string{"actor": actor, "reason": reason, "state": state}, &out)
+}
+
+// SetState moves a topic to REJECT or PROXY (the state endpoint).
+func (c *APIClient) SetState(ctx context.Context, name string, to migration.State, actor string) (Topic, error) {
+	return c.Op(ctx, name, "state", actor, "", to.String())
+}
+
+// Remove stops managing a topic; a COMPLETE one only with force (see
+// ControlPlane.RemoveTopic). The Topic answered is the one removed, its
+// state migration.Unmanaged.
+func (c *APIClient) Remove(ctx context.Context, name, actor string, force bool) (Topic, error) {
+	var out Topic
+	q := url.Values{"actor": {actor}}
+	if force {
+		q.Set("force", "true")
+	}
+	return out, c.do(ctx, http.MethodDelete, "/v1/topics/"+url.PathEscape(name)+"?"+q.Encode(), nil, &out)
 }
 
 // Migrate starts a cutover of name, forced past the gates listed in force

@@ -31,6 +31,7 @@ package controlplane
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/baton-kafka/baton/migration"
 )
@@ -46,8 +47,12 @@ var (
 	// ErrIllegalTransition: the state machine refuses the transition; the
 	// message names the rule.
 	ErrIllegalTransition = errors.New("controlplane: illegal transition")
-	// ErrCutoverRunning: a second migrate while one runs.
+	// ErrCutoverRunning: a second migrate while one runs, or a change of
+	// state (REJECT, PROXY, a removal) of a topic mid-cutover.
 	ErrCutoverRunning = errors.New("controlplane: a cutover is already running for the topic")
+	// ErrNeedsForce: a removal that would send a COMPLETE topic's producers
+	// back to the source, asked without force; the message says why.
+	ErrNeedsForce = errors.New("controlplane: refused without force")
 	// ErrGateRefused: the cutover gate (time lag, replication readiness)
 	// refused to start.
 	ErrGateRefused = errors.New("controlplane: cutover gate refused")
@@ -107,48 +112,90 @@ var (
 
 // Transition checks one state change; migration.Unmanaged as from means "not managed
 // yet" (an add), as to a removal. It returns nil or an error wrapping
-// ErrIllegalTransition that names the rule.
+// ErrIllegalTransition that names the rule and what from allows.
 func Transition(from, to migration.State) error {
-	refuse := func(r Rule) error {
-		return fmt.Errorf("%w: %s -> %s: rule %q: %s", ErrIllegalTransition, from, to, r.Name, r.Why)
+	r, ok := refusal(from, to)
+	if !ok {
+		return fmt.Errorf("%w: %s -> %s: unknown state", ErrIllegalTransition, from, to)
 	}
+	if r == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %s -> %s: rule %q: %s; %s", ErrIllegalTransition, from, to, r.Name, r.Why, allowedText(from))
+}
+
+// Allowed lists the states from may change to (migration.Unmanaged: a
+// removal), in the order of the states.
+func Allowed(from migration.State) []migration.State {
+	var out []migration.State
+	for _, to := range []migration.State{migration.Reject, migration.Proxy, migration.Migrating, migration.Complete, migration.Unmanaged} {
+		if r, ok := refusal(from, to); ok && r == nil {
+			out = append(out, to)
+		}
+	}
+	return out
+}
+
+// allowedText says what Allowed(from) holds, for a refusal.
+func allowedText(from migration.State) string {
+	what := "from " + from.String()
+	if from == migration.Unmanaged {
+		what = "a topic not managed"
+	}
+	var names []string
+	for _, to := range Allowed(from) {
+		if to == migration.Unmanaged {
+			names = append(names, "removed")
+		} else {
+			names = append(names, to.String())
+		}
+	}
+	if len(names) == 0 {
+		return what + " nothing is allowed"
+	}
+	return what + " the state machine allows: " + strings.Join(names, ", ")
+}
+
+// refusal is the rule refusing from -> to (nil: allowed); false for a
+// state it does not know.
+func refusal(from, to migration.State) (*Rule, bool) {
 	if from == to {
-		return refuse(RuleNoSelfTransition)
+		return &RuleNoSelfTransition, true
 	}
 	switch from {
 	case migration.Unmanaged:
 		if to == migration.Reject || to == migration.Proxy {
-			return nil
+			return nil, true
 		}
-		return refuse(RuleAddAsRejectOrProxy)
+		return &RuleAddAsRejectOrProxy, true
 	case migration.Reject:
 		switch to {
 		case migration.Proxy, migration.Unmanaged:
-			return nil
+			return nil, true
 		case migration.Migrating:
-			return refuse(RuleMigrateFromProxy)
+			return &RuleMigrateFromProxy, true
 		case migration.Complete:
-			return refuse(RuleCompleteByCutover)
+			return &RuleCompleteByCutover, true
 		}
 	case migration.Proxy:
 		switch to {
 		case migration.Reject, migration.Migrating, migration.Unmanaged:
-			return nil
+			return nil, true
 		case migration.Complete:
-			return refuse(RuleCompleteByCutover)
+			return &RuleCompleteByCutover, true
 		}
 	case migration.Migrating:
 		switch to {
 		case migration.Complete, migration.Proxy:
-			return nil
+			return nil, true
 		default:
-			return refuse(RuleMigratingExits)
+			return &RuleMigratingExits, true
 		}
 	case migration.Complete:
 		if to == migration.Unmanaged {
-			return nil
+			return nil, true
 		}
-		return refuse(RuleCompleteOneWay)
+		return &RuleCompleteOneWay, true
 	}
-	return fmt.Errorf("%w: %s -> %s: unknown state", ErrIllegalTransition, from, to)
+	return nil, false
 }

@@ -74,3 +74,24 @@ func TestParseState(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusalSaysWhatIsAllowed: a refused transition names, after its
+// rule, what the state it comes from allows.
+func TestRefusalSaysWhatIsAllowed(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		from, to migration.State
+		want     string
+	}{
+		{migration.Complete, migration.Proxy, "from COMPLETE the state machine allows: removed"},
+		{migration.Reject, migration.Migrating, "from REJECT the state machine allows: PROXY, removed"},
+		{migration.Proxy, migration.Proxy, "from PROXY the state machine allows: REJECT, MIGRATING, removed"},
+		{migration.Migrating, migration.Reject, "from MIGRATING the state machine allows: PROXY, COMPLETE"},
+		{migration.Unmanaged, migration.Complete, "a topic not managed the state machine allows: REJECT, PROXY"},
+	} {
+		err := Transition(tc.from, tc.to)
+		if !errors.Is(err, ErrIllegalTransition) || !strings.HasSuffix(err.Error(), tc.want) {
+			t.Errorf("%s -> %s: %v; want it to end %q", tc.from, tc.to, err, tc.want)
+		}
+	}
+}

@@ -16,6 +16,6 @@ func main() {
 	defer stop()
 	if err := newRootCmd().ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "baton:", err)
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
 }

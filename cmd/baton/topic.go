@@ -32,7 +32,7 @@ func fmtTime(t time.Time) string {
 
 func newTopicCmd() *cobra.Command {
 	var output, actor string
-	cmd := &cobra.Command{Use: "topic", Short: "Manage topics on a running control plane (add, list, status, shadow, migrate, abort)"}
+	cmd := &cobra.Command{Use: "topic", Short: "Manage topics on a running control plane (add, list, status, shadow, migrate, abort, proxy, reject, remove)"}
 	api := apiFlags(cmd, &output)
 	cmd.PersistentFlags().StringVar(&actor, "actor", "cli", "who is acting, for the event log (ignored by a control plane that requires credentials: it records the caller's name)")
 
@@ -197,43 +197,23 @@ func newTopicCmd() *cobra.Command {
 			return nil
 		},
 	}
-	op := func(name, short string) *cobra.Command {
-		var reason string
-		var force []string
-		c := &cobra.Command{
-			Use: name + " TOPIC", Short: short, Args: cobra.ExactArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				if err := checkOutput(output); err != nil {
-					return err
-				}
-				cl, err := api()
-				if err != nil {
-					return err
-				}
-				var t controlplane.Topic
-				if name == "migrate" {
-					t, err = cl.Migrate(cmd.Context(), args[0], actor, force)
-				} else {
-					t, err = cl.Op(cmd.Context(), args[0], name, actor, reason, "")
-				}
-				if err != nil {
-					return err
-				}
-				return printTopics(cmd, []controlplane.Topic{t})
-			},
+	abort := &cobra.Command{Use: "abort TOPIC", Short: "Abort a running cutover: back to PROXY", Args: cobra.ExactArgs(1)}
+	var reason string
+	abort.Flags().StringVar(&reason, "reason", "", "why, for the event log")
+	ta := topicAPI{api: api, output: &output, actor: &actor, print: printTopics}
+	abort.RunE = func(cmd *cobra.Command, args []string) error {
+		cl, err := ta.client()
+		if err != nil {
+			return err
 		}
-		if name == "abort" {
-			c.Flags().StringVar(&reason, "reason", "", "why, for the event log")
+		t, err := cl.Op(cmd.Context(), args[0], "abort", actor, reason, "")
+		if err != nil {
+			return err
 		}
-		if name == "migrate" {
-			c.Flags().StringSliceVar(&force, "force", nil, "start even though these cutover gates refuse (comma-separated: "+
-				gateNames()+"; or "+controlplane.ForceAll+"); the event log records each gate forced past and why")
-		}
-		return c
+		return printTopics(cmd, []controlplane.Topic{t})
 	}
-	cmd.AddCommand(add, list, status, shadow,
-		op("migrate", "Start a cutover (PROXY -> MIGRATING -> COMPLETE); follow it with `baton events --follow`"),
-		op("abort", "Abort a running cutover: back to PROXY"))
+	cmd.AddCommand(add, list, status, shadow, newMigrateCmd(ta), abort,
+		newStateVerbCmd(ta, migration.Proxy), newStateVerbCmd(ta, migration.Reject), newRemoveCmd(ta))
 	return cmd
 }
 
