@@ -51,26 +51,28 @@ func ProducerIDIdle(d time.Duration) Opt {
 func (a *Agent) newPIDMap() *pidmap.Factory {
 	var j pidmap.Journal
 	var restored []pidmap.Mapping
+	var restoredUncertain []pidmap.Uncertain
 	if a.state != nil {
-		j, restored = a.state.pids, a.state.restored
+		j, restored, restoredUncertain = a.state.pids, a.state.restored, a.state.restoredUncertain
 	}
 	f, err := pidmap.New(pidmap.Config{
-		Journal:      j,
-		Restored:     restored,
-		Allocator:    destinationIDs{a},
-		Source:       clusterBatches{a, false},
-		Destination:  clusterBatches{a, true},
-		Copied:       func(topic string) *pidmap.Copied { return a.routes.Lookup(topic).copied },
-		MaxProducers: a.cfg.producerIDs,
-		Idle:         a.cfg.producerIDIdle,
-		Timeout:      a.cfg.forwardDeadline,
-		Log:          a.log,
+		Journal:           j,
+		Restored:          restored,
+		RestoredUncertain: restoredUncertain,
+		Allocator:         destinationIDs{a},
+		Source:            clusterBatches{a, false},
+		Destination:       clusterBatches{a, true},
+		Copied:            func(topic string) *pidmap.Copied { return a.routes.Lookup(topic).copied },
+		MaxProducers:      a.cfg.producerIDs,
+		Idle:              a.cfg.producerIDIdle,
+		Timeout:           a.cfg.forwardDeadline,
+		Log:               a.log,
 	})
 	if err != nil {
 		panic(err) // New checked the bounds: a bug here, not a config error
 	}
 	if a.state != nil {
-		a.state.pids.live = f.Mappings
+		a.state.pids.live, a.state.pids.liveUncertain = f.Mappings, f.UncertainBatches
 		if len(restored) > 0 {
 			a.log.Info("destination producer id mappings taken back from the state directory", "mappings", len(restored),
 				"producers", f.Producers(), "dir", a.cfg.stateDir)

@@ -187,6 +187,73 @@ func TestPIDJournalCompacts(t *testing.T) {
 	}
 }
 
+// Uncertain batches are journaled beside the mappings and come back, both
+// kinds, after a restart and after a rewrite from what is live.
+func TestPIDJournalKeepsUncertainBatches(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	st, err := openState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Unix(1764979200, 123456789)
+	toSrc := pidmap.Uncertain{Batch: pidmap.Batch{Topic: "orders", Partition: 2, ProducerID: 7, Epoch: 3, Seq: 40, Records: 5},
+		At: at, Print: 0xfeedface}
+	toDst := pidmap.Uncertain{Batch: pidmap.Batch{Topic: "payments", Partition: 1, ProducerID: 8, Epoch: 0, Seq: 9, Records: 1},
+		At: at.Add(time.Second), Print: 42, ToDestination: true,
+		Sent: pidmap.Batch{Topic: "payments", Partition: 1, ProducerID: 5001, Epoch: 2, Seq: 0, Records: 1}}
+	m := pidmap.Mapping{Source: pidmap.Session{ID: 8}, Destination: pidmap.Session{ID: 5001, Epoch: 2}, Topic: "payments", Partition: 1, Base: 9}
+	for _, err := range []error{st.pids.Record(m), st.pids.RecordUncertain(toSrc), st.pids.RecordUncertain(toDst)} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(st *agentState, when string) {
+		t.Helper()
+		if len(st.restored) != 1 || st.restored[0] != m {
+			t.Errorf("%s: mappings %+v, want %+v", when, st.restored, m)
+		}
+		got := map[pidmap.Batch]pidmap.Uncertain{}
+		for _, u := range st.restoredUncertain {
+			got[u.Batch] = u
+		}
+		for _, want := range []pidmap.Uncertain{toSrc, toDst} {
+			u := got[want.Batch]
+			if !u.At.Equal(want.At) || u.Print != want.Print || u.ToDestination != want.ToDestination || u.Sent != want.Sent {
+				t.Errorf("%s: uncertain batch %+v restored as %+v", when, want, u)
+			}
+		}
+		if len(st.restoredUncertain) != 2 {
+			t.Errorf("%s: %d uncertain batches restored, want 2", when, len(st.restoredUncertain))
+		}
+	}
+	st.close()
+	again, err := openState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(again, "after a restart")
+	// A rewrite keeps what the filter still holds.
+	again.pids.live = func() []pidmap.Mapping { return []pidmap.Mapping{m} }
+	again.pids.liveUncertain = func() []pidmap.Uncertain { return []pidmap.Uncertain{toSrc, toDst} }
+	for range 1100 {
+		if err := again.pids.Record(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if again.pids.compacted.Load() == 0 {
+		t.Fatal("never compacted")
+	}
+	again.close()
+	third, err := openState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer third.close()
+	third.restored = third.restored[len(third.restored)-1:] // the records after the rewrite repeat m
+	check(third, "after a rewrite")
+}
+
 // startClusters starts a one-node kfake source and destination.
 func startClusters(t *testing.T) (src, dst *embedded.Cluster) {
 	t.Helper()

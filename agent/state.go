@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/baton-kafka/baton/filter/pidmap"
 	"github.com/baton-kafka/baton/internal/dirlock"
@@ -19,7 +20,9 @@ import (
 // "Restarts"): a client whose batches to the destination were outstanding
 // when its agent was killed retries them through the agent started in its
 // place, and the destination dedupes them only under the producer id and
-// sequence the first send carried.
+// sequence the first send carried; and the uncertain batches, which a
+// client bumping its epoch resends under a session no cluster can dedupe
+// ("Resends under a new epoch").
 
 // Files in the state directory.
 const (
@@ -29,9 +32,10 @@ const (
 
 // agentState is an open state directory, held by this process alone.
 type agentState struct {
-	lock     *os.File
-	pids     *pidJournal
-	restored []pidmap.Mapping
+	lock              *os.File
+	pids              *pidJournal
+	restored          []pidmap.Mapping
+	restoredUncertain []pidmap.Uncertain
 }
 
 // openState locks dir and reads back the mappings an earlier agent
@@ -54,12 +58,22 @@ func openState(dir string) (*agentState, error) {
 	}
 	s := &agentState{lock: lock, pids: &pidJournal{j: j, compactAt: compactAt(len(recs))}}
 	for i, rec := range recs {
-		m, err := decodeMapping(rec)
+		var err error
+		if len(rec) > 0 && rec[0] == uncertainV1 {
+			var u pidmap.Uncertain
+			if u, err = decodeUncertain(rec); err == nil {
+				s.restoredUncertain = append(s.restoredUncertain, u)
+			}
+		} else {
+			var m pidmap.Mapping
+			if m, err = decodeMapping(rec); err == nil {
+				s.restored = append(s.restored, m)
+			}
+		}
 		if err != nil {
 			s.close()
 			return nil, fmt.Errorf("agent: state dir: %s: record %d: %w", path, i, err)
 		}
-		s.restored = append(s.restored, m)
 	}
 	return s, nil
 }
@@ -78,8 +92,9 @@ func (s *agentState) close() {
 // again), so the file stays in proportion to the producers the agent
 // serves.
 type pidJournal struct {
-	j    *journal.Journal
-	live func() []pidmap.Mapping // set once the filter exists, before serving
+	j             *journal.Journal
+	live          func() []pidmap.Mapping   // set once the filter exists, before serving
+	liveUncertain func() []pidmap.Uncertain // likewise
 
 	mu        sync.Mutex
 	compactAt int
@@ -91,8 +106,15 @@ var _ pidmap.Journal = (*pidJournal)(nil)
 func compactAt(live int) int { return 2*live + 1024 }
 
 // Record implements pidmap.Journal.
-func (p *pidJournal) Record(m pidmap.Mapping) error {
-	if err := p.j.Append(encodeMapping(m)); err != nil {
+func (p *pidJournal) Record(m pidmap.Mapping) error { return p.append(encodeMapping(m)) }
+
+// RecordUncertain implements pidmap.Journal.
+func (p *pidJournal) RecordUncertain(u pidmap.Uncertain) error { return p.append(encodeUncertain(u)) }
+
+// append makes rec durable, then rewrites the file from what is live if
+// it has grown past twice that.
+func (p *pidJournal) append(rec []byte) error {
+	if err := p.j.Append(rec); err != nil {
 		return err
 	}
 	p.mu.Lock()
@@ -101,10 +123,17 @@ func (p *pidJournal) Record(m pidmap.Mapping) error {
 		var n int
 		err := p.j.Rewrite(func() [][]byte {
 			ms := p.live()
-			n = len(ms)
-			recs := make([][]byte, len(ms))
-			for i, m := range ms {
-				recs[i] = encodeMapping(m)
+			var us []pidmap.Uncertain
+			if p.liveUncertain != nil {
+				us = p.liveUncertain()
+			}
+			n = len(ms) + len(us)
+			recs := make([][]byte, 0, n)
+			for _, m := range ms {
+				recs = append(recs, encodeMapping(m))
+			}
+			for _, u := range us {
+				recs = append(recs, encodeUncertain(u))
 			}
 			return recs
 		})
@@ -154,4 +183,61 @@ func decodeMapping(b []byte) (pidmap.Mapping, error) {
 	}
 	m.Topic = string(b[fixed:])
 	return m, nil
+}
+
+// uncertainV1 is the first byte of an uncertain batch record in format 1:
+// flags (1: it went to the destination), the time given up on (Unix ns),
+// the fingerprint, the client's producer id, epoch, base sequence and
+// record count, the partition, the producer id, epoch and sequence it was
+// sent to the destination under, then the topic's length and name.
+const uncertainV1 = 2
+
+const uncertainFixed = 1 + 1 + 8 + 8 + 8 + 2 + 4 + 4 + 4 + 8 + 2 + 4 + 2
+
+func encodeUncertain(u pidmap.Uncertain) []byte {
+	b := make([]byte, 0, uncertainFixed+len(u.Batch.Topic))
+	b = append(b, uncertainV1)
+	var flags byte
+	if u.ToDestination {
+		flags = 1
+	}
+	b = append(b, flags)
+	b = binary.BigEndian.AppendUint64(b, uint64(u.At.UnixNano()))
+	b = binary.BigEndian.AppendUint64(b, u.Print)
+	b = binary.BigEndian.AppendUint64(b, uint64(u.Batch.ProducerID))
+	b = binary.BigEndian.AppendUint16(b, uint16(u.Batch.Epoch))
+	b = binary.BigEndian.AppendUint32(b, uint32(u.Batch.Seq))
+	b = binary.BigEndian.AppendUint32(b, uint32(u.Batch.Records))
+	b = binary.BigEndian.AppendUint32(b, uint32(u.Batch.Partition))
+	b = binary.BigEndian.AppendUint64(b, uint64(u.Sent.ProducerID))
+	b = binary.BigEndian.AppendUint16(b, uint16(u.Sent.Epoch))
+	b = binary.BigEndian.AppendUint32(b, uint32(u.Sent.Seq))
+	b = binary.BigEndian.AppendUint16(b, uint16(len(u.Batch.Topic)))
+	return append(b, u.Batch.Topic...)
+}
+
+func decodeUncertain(b []byte) (pidmap.Uncertain, error) {
+	if len(b) < uncertainFixed || b[0] != uncertainV1 {
+		return pidmap.Uncertain{}, fmt.Errorf("not an uncertain batch of format %d (%d bytes)", uncertainV1, len(b))
+	}
+	n := int(binary.BigEndian.Uint16(b[uncertainFixed-2:]))
+	if len(b) != uncertainFixed+n {
+		return pidmap.Uncertain{}, fmt.Errorf("uncertain batch: topic of %d bytes in a record of %d", n, len(b))
+	}
+	var u pidmap.Uncertain
+	u.ToDestination = b[1]&1 != 0
+	u.At = time.Unix(0, int64(binary.BigEndian.Uint64(b[2:])))
+	u.Print = binary.BigEndian.Uint64(b[10:])
+	u.Batch.ProducerID = int64(binary.BigEndian.Uint64(b[18:]))
+	u.Batch.Epoch = int16(binary.BigEndian.Uint16(b[26:]))
+	u.Batch.Seq = int32(binary.BigEndian.Uint32(b[28:]))
+	u.Batch.Records = int32(binary.BigEndian.Uint32(b[32:]))
+	u.Batch.Partition = int32(binary.BigEndian.Uint32(b[36:]))
+	u.Batch.Topic = string(b[uncertainFixed:])
+	if u.ToDestination {
+		u.Sent = pidmap.Batch{Topic: u.Batch.Topic, Partition: u.Batch.Partition, Records: u.Batch.Records,
+			ProducerID: int64(binary.BigEndian.Uint64(b[40:])), Epoch: int16(binary.BigEndian.Uint16(b[48:])),
+			Seq: int32(binary.BigEndian.Uint32(b[50:]))}
+	}
+	return u, nil
 }

@@ -159,3 +159,47 @@ func TestRetryOfAnUncertainDestinationWriteKeepsItsMapping(t *testing.T) {
 		t.Fatalf("%d searches of the destination, want 0", dst.searches)
 	}
 }
+
+// keep is a Journal that keeps everything in memory.
+type keep struct {
+	ms []pidmap.Mapping
+	us []pidmap.Uncertain
+}
+
+func (k *keep) Record(m pidmap.Mapping) error            { k.ms = append(k.ms, m); return nil }
+func (k *keep) RecordUncertain(u pidmap.Uncertain) error { k.us = append(k.us, u); return nil }
+
+// TestResendThroughARestartedAgent: the uncertain batch is journaled before
+// the client's answer, so the agent started in place of the one that sent
+// it recognises the client's resend under a new epoch.
+func TestResendThroughARestartedAgent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dst := &source{at: map[pidmap.Batch]int64{{Topic: "t", Partition: 0, ProducerID: 500, Seq: 0, Records: 1}: 272}}
+	var a alloc
+	j := &keep{}
+	f, err := pidmap.New(pidmap.Config{Allocator: &a, Destination: dst, Journal: j})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := f.New(filter.ConnInfo{})
+	x := exchange(filter.Destination, false, recordsBatch(7, 0, 10, "a", 1))
+	c.(filter.RequestFilter).OnRequest(ctx, x)
+	x.Parts()[0].Via, x.Parts()[0].Uncertain = via(filter.Destination), true
+	c.(filter.ResponseFilter).OnResponse(ctx, x)
+	if len(j.us) != 1 {
+		t.Fatalf("%d uncertain batches journaled, want 1", len(j.us))
+	}
+
+	restarted, err := pidmap.New(pidmap.Config{Allocator: &a, Destination: dst, Journal: j,
+		Restored: j.ms, RestoredUncertain: j.us})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x = exchange(filter.Destination, false, recordsBatch(7, 1, 0, "a", 1))
+	restarted.New(filter.ConnInfo{}).(filter.RequestFilter).OnRequest(ctx, x)
+	if p := x.Parts()[0]; !p.Answered || p.Offset != 272 || p.Send != nil {
+		t.Fatalf("resend through the restarted agent: answered %v offset %d sent %v, want answered at 272",
+			p.Answered, p.Offset, p.Send != nil)
+	}
+}

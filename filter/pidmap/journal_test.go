@@ -36,6 +36,8 @@ func (j *memJournal) Record(m Mapping) error {
 	return nil
 }
 
+func (j *memJournal) RecordUncertain(Uncertain) error { return nil }
+
 func (j *memJournal) recorded() []Mapping {
 	j.mu.Lock()
 	defer j.mu.Unlock()

@@ -70,6 +70,9 @@
 // that needs it is sent, and a restarted agent takes the mappings back
 // (Config.Restored): the retry goes out under the same destination
 // producer and sequence, and the destination answers it as a duplicate.
+// The uncertain batches are journaled too, before the client is answered
+// (Config.RestoredUncertain), so that a resend under a new epoch through
+// the restarted agent is still recognised.
 //
 // The filter MUST come after the route filter (it maps only parts routed
 // to the destination) and before the Handler; it never holds or stops a
@@ -82,7 +85,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/maphash"
+	"hash/fnv"
 	"log/slog"
 	"math"
 	"sync"
@@ -222,12 +225,16 @@ type Mapping struct {
 	Base                int32
 }
 
-// Journal keeps mappings beyond the agent process.
+// Journal keeps mappings and uncertain batches beyond the agent process.
 type Journal interface {
 	// Record MUST return only once m is durable: the batch that needed it
 	// is sent to the destination as soon as it returns. An error keeps the
 	// batch from being sent (it is answered retriable).
 	Record(m Mapping) error
+	// RecordUncertain MUST return only once u is durable: the client is
+	// answered as soon as it returns. An error is logged at WARN; u is
+	// kept in memory.
+	RecordUncertain(u Uncertain) error
 }
 
 // Config configures the filter.
@@ -256,6 +263,9 @@ type Config struct {
 	// eviction) the later destination session wins. At most MaxProducers
 	// sessions are taken, the newest.
 	Restored []Mapping
+	// RestoredUncertain are the uncertain batches an earlier agent process
+	// recorded; those older than Idle are dropped.
+	RestoredUncertain []Uncertain
 	// MaxProducers bounds how many source sessions are mapped at once
 	// (default DefaultMaxProducers). When full, a new session evicts
 	// mappings idle past Idle first, then the least recently used one.
@@ -317,10 +327,15 @@ func New(cfg Config) (*Factory, error) {
 		cfg.Now = time.Now
 	}
 	f := &Factory{cfg: cfg}
-	f.uncertain.seed = maphash.MakeSeed()
 	f.sessions = sessions{max: cfg.MaxProducers, idle: cfg.Idle, alloc: cfg.Allocator, journal: cfg.Journal,
 		now: cfg.Now, m: map[Session]*session{}}
 	f.sessions.restore(cfg.Restored)
+	now := cfg.Now()
+	for _, u := range cfg.RestoredUncertain {
+		if now.Sub(u.At) <= cfg.Idle {
+			f.uncertain.add(u, cfg.Idle)
+		}
+	}
 	return f, nil
 }
 
@@ -336,6 +351,19 @@ func (f *Factory) Producers() int { return f.sessions.len() }
 // Mappings returns every mapping held now, those still being recorded
 // included: what a Journal rewritten from it must keep.
 func (f *Factory) Mappings() []Mapping { return f.sessions.mappings() }
+
+// UncertainBatches returns the uncertain batches held now: what a Journal
+// rewritten from it must keep.
+func (f *Factory) UncertainBatches() []Uncertain {
+	u := &f.uncertain
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	out := make([]Uncertain, 0, u.n)
+	for _, l := range u.m {
+		out = append(out, l...)
+	}
+	return out
+}
 
 type conn struct{ f *Factory }
 
@@ -407,6 +435,7 @@ func (c *conn) OnRequest(ctx context.Context, x *filter.Exchange) filter.Status 
 // destination dedupes its session's retries on that partition.
 func (c *conn) OnResponse(_ context.Context, x *filter.Exchange) filter.Status {
 	var now time.Time
+	warnedJournal := false // one WARN per response
 	for _, p := range x.Parts() {
 		sent := p.To == filter.Destination && p.Via != nil
 		if !p.Uncertain && !sent {
@@ -427,18 +456,27 @@ func (c *conn) OnResponse(_ context.Context, x *filter.Exchange) filter.Status {
 		if err != nil {
 			continue
 		}
-		u := uncertainBatch{b: b, print: c.f.uncertain.fingerprint(p.Records[:n])}
+		u := Uncertain{Batch: b, Print: Fingerprint(p.Records[:n])}
 		if sent {
-			if u.dst, ok = c.f.sessions.sentAs(b); !ok {
+			if u.Sent, ok = c.f.sessions.sentAs(b); !ok {
 				continue // evicted meanwhile
 			}
-			u.toDst = true
+			u.ToDestination = true
 		}
 		if now.IsZero() {
 			now = c.f.cfg.Now()
 		}
-		u.at = now
+		u.At = now
 		c.f.uncertain.add(u, c.f.cfg.Idle)
+		if j := c.f.cfg.Journal; j != nil {
+			// Before the client's answer: a client may bump its epoch on
+			// it, and resend through the agent started in this one's place.
+			if err := j.RecordUncertain(u); err != nil && !warnedJournal {
+				c.f.cfg.Log.Warn("an uncertain batch could not be made durable; an agent restarted before the client resends it may write it twice; check the agent's state directory (space, permissions)",
+					"topic", b.Topic, "partition", b.Partition, "producer_id", b.ProducerID, "err", err)
+				warnedJournal = true
+			}
+		}
 	}
 	return filter.Continue
 }
@@ -463,9 +501,9 @@ func (f *Factory) alreadyWritten(ctx context.Context, b Batch, records []byte) (
 		}
 	}
 	for _, u := range f.uncertain.match(b, records) {
-		where, finder, target := "source", f.cfg.Source, u.b
-		if u.toDst {
-			where, finder, target = "destination", f.cfg.Destination, u.dst
+		where, finder, target := "source", f.cfg.Source, u.Batch
+		if u.ToDestination {
+			where, finder, target = "destination", f.cfg.Destination, u.Sent
 		}
 		if finder == nil {
 			continue
@@ -475,10 +513,10 @@ func (f *Factory) alreadyWritten(ctx context.Context, b Batch, records []byte) (
 		case err == nil:
 			f.cfg.Log.Debug("uncertain write answered from the "+where+"'s copy", "topic", b.Topic,
 				"partition", b.Partition, "producer_id", b.ProducerID, "epoch", b.Epoch, "sequence", b.Seq,
-				"sent_epoch", u.b.Epoch, "sent_sequence", u.b.Seq, "offset", off)
+				"sent_epoch", u.Batch.Epoch, "sent_sequence", u.Batch.Seq, "offset", off)
 			return off, true
 		case errors.Is(err, ErrNotFound):
-			f.uncertain.take(u.b)
+			f.uncertain.take(u.Batch)
 		default:
 			f.cfg.Log.Warn("could not tell whether the "+where+" holds a retried batch; writing it to the destination (it may be a duplicate)",
 				"topic", b.Topic, "partition", b.Partition, "producer_id", b.ProducerID, "sequence", b.Seq, "err", err)
@@ -745,17 +783,31 @@ func (s *sessions) len() int {
 	return len(s.m)
 }
 
-// uncertainBatch is a batch sent without learning its outcome.
-type uncertainBatch struct {
-	b  Batch // as the client wrote it
-	at time.Time
-	// print is the fingerprint of its records, which a resend under
-	// another epoch keeps.
-	print uint64
-	// toDst says it went to the destination, as dst; else to the source
-	// as the client wrote it.
-	toDst bool
-	dst   Batch
+// Uncertain is a batch sent without learning its outcome: where it went,
+// and what a resend of it keeps.
+type Uncertain struct {
+	// Batch is the batch as the client wrote it.
+	Batch Batch
+	// At is when its outcome was given up on.
+	At time.Time
+	// Print is Fingerprint of its bytes.
+	Print uint64
+	// ToDestination says it went to the destination, as Sent (under its
+	// mapped producer and sequence); else to the source as the client
+	// wrote it.
+	ToDestination bool
+	Sent          Batch
+}
+
+// Fingerprint hashes what a client's resend of a record batch under
+// another epoch or sequence keeps: the header from the attributes to the
+// timestamps, the record count and the records. The same bytes give the
+// same value in every process (FNV-1a, 64 bits), so a Journal can keep it.
+func Fingerprint(batch []byte) uint64 {
+	h := fnv.New64a()
+	h.Write(batch[recordbatch.OffAttributes:recordbatch.OffProducerID])
+	h.Write(batch[recordbatch.OffNumRecords:])
+	return h.Sum64()
 }
 
 // producerPart is one producer id's batches on one partition, whatever
@@ -773,39 +825,26 @@ const uncertainPerPart = 16
 
 // uncertain is the agent-wide set of uncertain batches.
 type uncertain struct {
-	seed maphash.Seed
-
 	mu sync.Mutex
-	m  map[producerPart][]uncertainBatch
+	m  map[producerPart][]Uncertain
 	n  int
-}
-
-// fingerprint hashes what a resend of one batch under another epoch or
-// sequence keeps: the header from the attributes to the timestamps, the
-// record count and the records.
-func (u *uncertain) fingerprint(batch []byte) uint64 {
-	var h maphash.Hash
-	h.SetSeed(u.seed)
-	h.Write(batch[recordbatch.OffAttributes:recordbatch.OffProducerID])
-	h.Write(batch[recordbatch.OffNumRecords:])
-	return h.Sum64()
 }
 
 func partOf(b Batch) producerPart { return producerPart{b.ProducerID, b.Topic, b.Partition} }
 
 // add remembers x (replacing an entry for the same batch), dropping
 // entries older than idle, then the oldest while over the bounds.
-func (u *uncertain) add(x uncertainBatch, idle time.Duration) {
+func (u *uncertain) add(x Uncertain, idle time.Duration) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.m == nil {
-		u.m = map[producerPart][]uncertainBatch{}
+		u.m = map[producerPart][]Uncertain{}
 	}
-	k := partOf(x.b)
+	k := partOf(x.Batch)
 	list := u.m[k]
 	kept := list[:0]
 	for _, e := range list {
-		if e.b != x.b && x.at.Sub(e.at) <= idle {
+		if e.Batch != x.Batch && x.At.Sub(e.At) <= idle {
 			kept = append(kept, e)
 		}
 	}
@@ -820,8 +859,8 @@ func (u *uncertain) add(x uncertainBatch, idle time.Duration) {
 		var oldK producerPart
 		var old time.Time
 		for k, l := range u.m {
-			if old.IsZero() || l[0].at.Before(old) {
-				oldK, old = k, l[0].at
+			if old.IsZero() || l[0].At.Before(old) {
+				oldK, old = k, l[0].At
 			}
 		}
 		u.dropFirst(oldK)
@@ -842,23 +881,23 @@ func (u *uncertain) dropFirst(k producerPart) {
 // batch) or a resend of under another epoch (the same producer id,
 // partition and records), newest first: a batch sent uncertainly, resent
 // under a new epoch uncertainly again, may be held only as first sent.
-func (u *uncertain) match(b Batch, records []byte) []uncertainBatch {
+func (u *uncertain) match(b Batch, records []byte) []Uncertain {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	list := u.m[partOf(b)]
-	var out []uncertainBatch
+	var out []Uncertain
 	var print uint64
 	hashed := false
 	for i := len(list) - 1; i >= 0; i-- {
 		e := list[i]
-		if e.b != b && (e.b.Epoch == b.Epoch || e.b.Records != b.Records) {
+		if e.Batch != b && (e.Batch.Epoch == b.Epoch || e.Batch.Records != b.Records) {
 			continue
 		}
-		if e.b != b {
+		if e.Batch != b {
 			if !hashed {
-				print, hashed = u.fingerprint(records), true
+				print, hashed = Fingerprint(records), true
 			}
-			if e.print != print {
+			if e.Print != print {
 				continue
 			}
 		}
@@ -874,7 +913,7 @@ func (u *uncertain) take(b Batch) bool {
 	k := partOf(b)
 	list := u.m[k]
 	for i, e := range list {
-		if e.b == b {
+		if e.Batch == b {
 			list = append(list[:i:i], list[i+1:]...)
 			u.n--
 			if len(list) == 0 {
