@@ -611,6 +611,7 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 					parts[i].Via = v
 				}
 			case errors.Is(s.err, upstream.ErrNotSent):
+				s.s.up.BrokerDown(s.s.addr)
 				for _, i := range s.s.idx {
 					parts[i].Answer(retriable)
 				}
@@ -674,6 +675,9 @@ func (r *router) produce(ctx context.Context, x *filter.Exchange, req *kmsg.Prod
 				if err != nil {
 					// Uncertain: it may have been written. Retriable, never success.
 					r.a.log.Debug("produce forward failed", "cluster", s.up.Name(), "broker", s.addr, "err", err)
+					if !errors.Is(err, context.Canceled) {
+						s.up.BrokerDown(s.addr) // dead, cut off or too slow: ask who leads now
+					}
 					for _, i := range s.idx {
 						results[i].ErrorCode = retriable
 						if errors.Is(err, upstream.ErrNotSent) {

@@ -519,6 +519,35 @@ func (u *Cluster) MoveLeader(topic string, partition, leader int32, addr string)
 	return true
 }
 
+// BrokerDown drops the cached leaders of every topic with a partition led
+// by the broker at addr, after a request to it could not be sent or its
+// connection died: the next request for one of them asks the cluster, as a
+// client writing the cluster directly refreshes its metadata on a
+// connection error. Without it the cache would keep naming a dead leader
+// until a client's Metadata request or a live broker's NOT_LEADER came
+// through, after the cluster elected a new one.
+func (u *Cluster) BrokerDown(addr string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	down := map[int32]bool{}
+	for id, a := range u.brokers {
+		if a == addr {
+			down[id] = true
+		}
+	}
+	if len(down) == 0 {
+		return
+	}
+	for topic, ls := range u.leaders {
+		for _, l := range ls {
+			if down[l] {
+				delete(u.leaders, topic)
+				break
+			}
+		}
+	}
+}
+
 // ForgetLeader drops the cached leaders of topic after a broker said it
 // is not one: the next request asks the cluster.
 func (u *Cluster) ForgetLeader(topic string) {
