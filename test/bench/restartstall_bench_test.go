@@ -178,7 +178,9 @@ func mostLeaders(b *testing.B, ctx context.Context, adm *kadm.Client, topic stri
 	for id := range count {
 		ids = append(ids, id)
 	}
-	sort.Slice(ids, func(i, j int) bool { return count[ids[i]] > count[ids[j]] || count[ids[i]] == count[ids[j]] && ids[i] < ids[j] })
+	sort.Slice(ids, func(i, j int) bool {
+		return count[ids[i]] > count[ids[j]] || count[ids[i]] == count[ids[j]] && ids[i] < ids[j]
+	})
 	for _, id := range ids {
 		if !slices.Contains(skip, id) {
 			return id
