@@ -683,33 +683,31 @@ func (a simAlloc) Allocate(context.Context) (int64, int16, error) {
 	return a.w.nextDstID, 0, nil
 }
 
-// simSource finds a batch in the source log.
-type simSource struct{ w *simWorld }
-
-func (s simSource) Find(_ context.Context, b pidmap.Batch) (int64, error) {
-	s.w.mu.Lock()
-	defer s.w.mu.Unlock()
-	for off, r := range s.w.src {
-		if r.sess == (pidmap.Session{ID: b.ProducerID, Epoch: b.Epoch}) && r.seq == b.Seq {
-			return int64(off), nil
-		}
-	}
-	return 0, fmt.Errorf("%w: sequence %d of producer %d", pidmap.ErrNotFound, b.Seq, b.ProducerID)
+// simFinder finds a batch in the source log by the client's producer
+// fields, or in the destination's by those an agent wrote it under.
+type simFinder struct {
+	w           *simWorld
+	destination bool
 }
 
-// simDestination finds a batch an agent wrote to the destination, by the
-// producer fields it wrote it under.
-type simDestination struct{ w *simWorld }
-
-func (d simDestination) Find(_ context.Context, b pidmap.Batch) (int64, error) {
-	d.w.mu.Lock()
-	defer d.w.mu.Unlock()
-	for off, r := range d.w.dst {
-		if r.dst == (pidmap.Session{ID: b.ProducerID, Epoch: b.Epoch}) && r.dseq == b.Seq {
+func (f simFinder) Find(_ context.Context, b pidmap.Batch) (int64, error) {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+	log, where := f.w.src, "source"
+	if f.destination {
+		log, where = f.w.dst, "destination"
+	}
+	want := pidmap.Session{ID: b.ProducerID, Epoch: b.Epoch}
+	for off, r := range log {
+		sess, seq := r.sess, r.seq
+		if f.destination {
+			sess, seq = r.dst, r.dseq
+		}
+		if sess == want && seq == b.Seq {
 			return int64(off), nil
 		}
 	}
-	return 0, fmt.Errorf("%w: sequence %d of destination producer %d", pidmap.ErrNotFound, b.Seq, b.ProducerID)
+	return 0, fmt.Errorf("%w: sequence %d of producer %d in the %s", pidmap.ErrNotFound, b.Seq, b.ProducerID, where)
 }
 
 // simVia is where the simulation's Handler sent a part.
@@ -744,7 +742,7 @@ func (p *simPod) restart(rescheduled bool) {
 	// both had answered, so the chain's filters (which leave alone what
 	// the agent never advertised) act on the simulation's requests.
 	a.advCache.Store(&advertisedCache{keys: map[int16]versionRange{0: {0, 12}}})
-	pm, err := pidmap.New(pidmap.Config{Allocator: simAlloc{p.w}, Source: simSource{p.w}, Destination: simDestination{p.w},
+	pm, err := pidmap.New(pidmap.Config{Allocator: simAlloc{p.w}, Source: simFinder{p.w, false}, Destination: simFinder{p.w, true},
 		Copied:  func(topic string) *pidmap.Copied { return a.routes.Lookup(topic).copied },
 		Journal: p.journal, Restored: p.journal.all(), RestoredUncertain: p.journal.uncertain(), Timeout: simForward, Log: simQuiet})
 	if err != nil {
