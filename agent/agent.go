@@ -109,7 +109,8 @@ func Listen(addr string) Opt { return optFunc(func(c *config) { c.listen = addr 
 // listener's own address.
 func Advertise(addr string) Opt { return optFunc(func(c *config) { c.advertise = addr }) }
 
-// Admin sets the address of /metrics and /healthz, overriding none (off).
+// Admin sets the address of /metrics, /healthz, /readyz and /routes,
+// overriding none (off).
 func Admin(addr string) Opt { return optFunc(func(c *config) { c.admin = addr }) }
 
 // Source sets the source cluster's bootstrap brokers. Required.
@@ -576,6 +577,13 @@ func (a *Agent) adminHandler() http.Handler {
 		}
 		fmt.Fprintln(w, "ok")
 	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if reason := a.notReady(); reason != "" {
+			http.Error(w, reason, http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
 	mux.HandleFunc("/routes", func(w http.ResponseWriter, _ *http.Request) {
 		routes, v := a.routes.Snapshot()
 		fmt.Fprintf(w, "version %d\n", v)
@@ -588,4 +596,23 @@ func (a *Agent) adminHandler() http.Handler {
 		}
 	})
 	return mux
+}
+
+// notReady says why /readyz answers 503, or "" when the agent is ready for
+// its producers: it serves (it reached the source, as /healthz says) and,
+// with a control plane, it applied routes from it at least once and holds
+// a lease now. A lease that runs out makes it not ready again until the
+// control plane renews it.
+func (a *Agent) notReady() string {
+	switch {
+	case !a.ready.Load():
+		return "waiting for the source cluster"
+	case a.cp == nil:
+		return ""
+	case !a.cp.routed.Load():
+		return "waiting for the first routes from the control plane"
+	case !a.cp.keeper.Valid():
+		return "no lease from the control plane"
+	}
+	return ""
 }

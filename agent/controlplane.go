@@ -47,6 +47,9 @@ type cpLink struct {
 	client  *xds.Client
 	keeper  *xds.LeaseKeeper
 	applied atomic.Uint64 // TopicRoute version applied to the route table
+	// routed: the agent applied routes from the control plane at least
+	// once (/readyz).
+	routed atomic.Bool
 	// unleased: a produce went to the source without a lease since the
 	// lease was last seen valid (mayForward logs the first).
 	unleased atomic.Bool
@@ -105,6 +108,7 @@ func (a *Agent) applyRoutes(version uint64, trs []*batonv1.TopicRoute) error {
 	}
 	a.routes.Replace(routes)
 	a.cp.applied.Store(version)
+	a.cp.routed.Store(true)
 	a.log.Info("routes applied", "version", version, "topics", len(routes))
 	// Tell the control plane now rather than at the next renewal: a lease
 	// is granted only to an agent that applied the newest version.

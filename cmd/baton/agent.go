@@ -151,7 +151,8 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 				return err
 			}
 			if a.AdminAddr() != "" {
-				log.Info("admin endpoints", "metrics", "http://"+a.AdminAddr()+"/metrics", "healthz", "http://"+a.AdminAddr()+"/healthz")
+				log.Info("admin endpoints", "metrics", "http://"+a.AdminAddr()+"/metrics", "healthz", "http://"+a.AdminAddr()+"/healthz",
+					"readyz", "http://"+a.AdminAddr()+"/readyz")
 			}
 			return a.Run(cmd.Context())
 		},
@@ -159,7 +160,7 @@ error (MIGRATING), or to the destination (COMPLETE).`,
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", agent.DefaultListen, "address producers connect to")
 	f.StringVar(&advertise, "advertise", "", "host:port named in Metadata (default: the listen address)")
-	f.StringVar(&admin, "admin", "127.0.0.1:9404", "address of /metrics and /healthz (empty: off)")
+	f.StringVar(&admin, "admin", "127.0.0.1:9404", "address of /metrics, /healthz, /readyz and /routes (empty: off)")
 	f.StringVar(&source, "source", "", "source cluster bootstrap brokers, comma-separated (required)")
 	f.StringVar(&destination, "destination", "", "destination cluster bootstrap brokers, comma-separated (required)")
 	f.StringVar(&routesFile, "routes", "", "static route file (YAML); topics not listed pass through to the source")
