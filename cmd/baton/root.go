@@ -20,6 +20,7 @@ cluster with zero downtime, one topic at a time. See README.md and docs/.`,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return checkAddrFlags(cmd) },
 	}
 	root.AddCommand(newAgentCmd(), newDevCmd(), newDemoCmd(), newReplicatorCmd(), newVerifyCmd(),
-		newControlPlaneCmd(), newTopicCmd(), newEventsCmd(), newAgentsCmd(), newWorkersCmd())
+		newControlPlaneCmd(), newTopicCmd(), newEventsCmd(), newAgentsCmd(), newWorkersCmd(),
+		newInjectorCmd())
 	return root
 }
