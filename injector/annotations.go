@@ -63,7 +63,6 @@ func positiveDuration(v string) error {
 
 // podOptions is what a pod's annotations ask of the injector.
 type podOptions struct {
-	optOut            bool
 	workload          string
 	secret            string
 	overrideBootstrap bool
@@ -84,11 +83,9 @@ func readAnnotations(ann map[string]string) (podOptions, error) {
 		}
 		switch key {
 		case AnnotationInject:
-			switch v {
-			case "false":
-				o.optOut = true
-			case "true":
-			default:
+			// "false" never gets here: Mutate admits an opted-out pod first,
+			// whatever else its annotations say.
+			if v != "true" {
 				return o, bad(key, v, `want "false" (opt out) or "true"`)
 			}
 		case AnnotationWorkload:

@@ -3,6 +3,7 @@ package injector
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"strconv"
@@ -233,12 +234,7 @@ func (in *Injector) container(workload string, secret bool, podArgs []string) co
 	mounts := []corev1.VolumeMount{{Name: StateVolume, MountPath: StateDir}}
 	if secret {
 		mounts = append(mounts, corev1.VolumeMount{Name: SecretVolume, MountPath: SecretDir, ReadOnly: true})
-		flags := make([]string, 0, len(in.cfg.SecretFiles))
-		for f := range in.cfg.SecretFiles {
-			flags = append(flags, f)
-		}
-		slices.Sort(flags)
-		for _, f := range flags {
+		for _, f := range slices.Sorted(maps.Keys(in.cfg.SecretFiles)) {
 			args = append(args, "--"+f+"="+SecretDir+"/"+in.cfg.SecretFiles[f])
 		}
 	}
