@@ -147,6 +147,8 @@ type proxyWatch struct {
 	// began is before the start offsets were read: what is judged was
 	// appended after it.
 	began time.Time
+	// span is the topic's PROXY span watched (ControlPlane.proxySpans).
+	span uint64
 }
 
 // attribution is one partition's: what agents acked, what the replicator
@@ -359,37 +361,46 @@ func (cp *ControlPlane) bypassLoop() {
 		case <-t.C:
 		}
 		topics := cp.Topics()
-		cp.syncProxyWatches(topics)
+		cp.syncProxyWatches(cp.proxySpansNow())
 		cp.judge(cp.now())
 		cp.pollComplete(topics)
 	}
 }
 
-// syncProxyWatches starts a watch for every PROXY or MIGRATING topic (from
-// S's end offsets now: what was written before is not judged) and ends
-// those of other topics.
-func (cp *ControlPlane) syncProxyWatches(topics []Topic) {
+// bypassWatched says whether a topic in state s has its source watched
+// for writes around the agents.
+func bypassWatched(s migration.State) bool {
+	return s == migration.Proxy || s == migration.Migrating
+}
+
+// proxySpansNow copies the topics' current PROXY spans.
+func (cp *ControlPlane) proxySpansNow() map[string]uint64 {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	return maps.Clone(cp.proxySpans)
+}
+
+// syncProxyWatches starts a watch for every span a topic spends in PROXY
+// or MIGRATING (from S's end offsets then: what was written before is not
+// judged) and ends the watches of spans that ended. A topic that left
+// PROXY and came back since the last sync is a new span: what was written
+// to S while it was not managed is not a forgotten producer's.
+func (cp *ControlPlane) syncProxyWatches(spans map[string]uint64) {
 	b := cp.byp
-	want := map[string]bool{}
-	for _, t := range topics {
-		if t.State == migration.Proxy || t.State == migration.Migrating {
-			want[t.Name] = true
-		}
-	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for name := range b.proxy {
-		if !want[name] {
+	for name, w := range b.proxy {
+		if spans[name] != w.span {
 			delete(b.proxy, name)
 		}
 	}
-	for name := range want {
+	for name, span := range spans {
 		if b.proxy[name] != nil {
 			continue
 		}
 		// Watching before reading the ends: a report of a write above
 		// them that lands meanwhile is kept.
-		w := &proxyWatch{parts: map[int32]*attribution{}, began: cp.now()}
+		w := &proxyWatch{parts: map[int32]*attribution{}, began: cp.now(), span: span}
 		b.proxy[name] = w
 		cp.wg.Add(1)
 		go func() {

@@ -165,6 +165,11 @@ type ControlPlane struct {
 	wakeGuards chan struct{}
 	// latency is each topic's destination latency as last pushed (latency.go).
 	latency map[string]pushedLatency
+	// proxySpans numbers each unbroken span a topic spends in PROXY or
+	// MIGRATING (bypass.go): a topic that left and came back between two
+	// ticks of the bypass loop is a new span, watched from its new start.
+	proxySpans map[string]uint64
+	spanSeq    uint64
 	// guardMu serializes calls into the write guard: a Protect of the
 	// guard loop never runs once the cutover's Lift began (it re-checks
 	// the topic's state under guardMu first).
@@ -245,7 +250,7 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 	cp := &ControlPlane{cfg: cfg, log: cfg.log.With("component", "controlplane"), now: cfg.now, store: cfg.store,
 		topics: map[string]*Topic{}, agents: map[string]*Agent{}, dirty: map[string]bool{},
 		runs: map[string]*run{}, changed: make(chan struct{}),
-		guards: map[string]*guardRestore{}, wakeGuards: make(chan struct{}, 1), latency: map[string]pushedLatency{},
+		guards: map[string]*guardRestore{}, wakeGuards: make(chan struct{}, 1), latency: map[string]pushedLatency{}, proxySpans: map[string]uint64{},
 		recorded: map[string]int64{}, byp: newBypass(), bypassMetrics: bm}
 	cp.gateChecks = cp.gates()
 	cp.findings.open, cp.findings.started = map[findingKey]*Finding{}, cp.now()
@@ -504,8 +509,21 @@ func renderResources(version uint64, topics map[string]*Topic, latency map[strin
 	return res
 }
 
-// publishLocked pushes every route at the current version. cp.mu is held.
+// publishLocked pushes every route at the current version, and numbers
+// the topics' PROXY spans: every change of a topic's state publishes.
+// cp.mu is held.
 func (cp *ControlPlane) publishLocked() {
+	for name, t := range cp.topics {
+		if _, ok := cp.proxySpans[name]; !ok && bypassWatched(t.State) {
+			cp.spanSeq++
+			cp.proxySpans[name] = cp.spanSeq
+		}
+	}
+	for name := range cp.proxySpans {
+		if t, ok := cp.topics[name]; !ok || !bypassWatched(t.State) {
+			delete(cp.proxySpans, name)
+		}
+	}
 	cp.cfg.xds.Update(renderResources(cp.version, cp.topics, cp.latency, cp.cfg.forward, cp.cfg.source, cp.cfg.dest))
 }
 

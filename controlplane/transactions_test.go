@@ -184,13 +184,18 @@ func TestRollbackNamesOpenTransactions(t *testing.T) {
 		}
 		return err == nil
 	})
-	eventually(t, ctx, "the cutover to roll back", func() bool {
-		got, _ := p.cp.Topic(topic)
-		return got.Attempts == 1 && got.State == migration.Proxy && got.Cutover == nil
+	// The rollback is decided (the topic PROXY again) before its event is
+	// appended: wait for the event.
+	var evs []Event
+	eventually(t, ctx, "the cutover's rolled_back event", func() bool {
+		var err error
+		if evs, err = p.cp.Events(ctx, topic, 0); err != nil {
+			t.Fatal(err)
+		}
+		return slices.ContainsFunc(evs, func(e Event) bool { return e.Kind == EventRolledBack })
 	})
-	evs, err := p.cp.Events(ctx, topic, 0)
-	if err != nil {
-		t.Fatal(err)
+	if got, _ := p.cp.Topic(topic); got.Attempts != 1 || got.State != migration.Proxy || got.Cutover != nil {
+		t.Fatalf("after the rollback the topic is %s (attempt %d, cutover %+v), not PROXY after attempt 1", got.State, got.Attempts, got.Cutover)
 	}
 	for _, kind := range []string{EventTimedOut, EventRolledBack} {
 		i := slices.IndexFunc(evs, func(e Event) bool { return e.Kind == kind })
