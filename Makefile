@@ -8,7 +8,7 @@ PKGS      ?= ./...
 TESTFLAGS ?= -race -count=1 -timeout 40m
 BIN       := bin/baton
 
-.PHONY: all build test test-deps lint vet staticcheck demo bench bench-compare chaos proto generate fuzz fuzz-short clean
+.PHONY: manifests image all build test test-deps lint vet staticcheck demo bench bench-compare chaos proto generate fuzz fuzz-short clean
 
 all: build
 
@@ -42,6 +42,14 @@ vet:
 
 staticcheck:
 	$(GO) tool staticcheck $(PKGS)
+
+## manifests: rewrite deploy/manifests/baton.yaml from the Helm chart.
+manifests:
+	$(GO) test ./deploy -run '^TestManifestsAreTheChart$$' -count=1 -update
+
+## image: the container image the chart runs (needs docker).
+image:
+	docker build -t baton-kafka/baton:0.1.0 .
 
 ## demo: two embedded clusters, a live producer, a migration, narrated.
 demo:
