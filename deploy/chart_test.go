@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
-	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -33,9 +32,9 @@ var update = flag.Bool("update", false, "rewrite manifests/baton.yaml from the c
 var valueSets = map[string]map[string]any{
 	"defaults": nil,
 	"external etcd, cert-manager, monitoring, own tokens": {
-		"etcd":         map[string]any{"enabled": false, "external": map[string]any{"endpoints": []any{"https://etcd-0.db:2379", "https://etcd-1.db:2379"}}},
-		"injector":     map[string]any{"certificate": map[string]any{"source": "cert-manager"}, "namespaces": []any{"shop", "billing"}, "nativeSidecar": "false", "agent": map[string]any{"secret": "baton-agent", "secretFiles": []any{"source-sasl-password-file=password"}, "args": []any{"--log-level=debug"}}},
-		"controlPlane": map[string]any{"replicas": 5, "api": map[string]any{"generateToken": false, "tokens": []any{map[string]any{"name": "ci", "role": "read-only", "sha256": strings.Repeat("ab", 32)}}}, "extraArgs": []any{"--bypass-watch=1h"}},
+		"etcd":           map[string]any{"enabled": false, "external": map[string]any{"endpoints": []any{"https://etcd-0.db:2379", "https://etcd-1.db:2379"}}},
+		"injector":       map[string]any{"certificate": map[string]any{"source": "cert-manager"}, "namespaces": []any{"shop", "billing"}, "nativeSidecar": "false", "agent": map[string]any{"secret": "baton-agent", "secretFiles": []any{"source-sasl-password-file=password"}, "args": []any{"--log-level=debug"}}},
+		"controlPlane":   map[string]any{"replicas": 5, "api": map[string]any{"generateToken": false, "tokens": []any{map[string]any{"name": "ci", "role": "read-only", "sha256": strings.Repeat("ab", 32)}}}, "extraArgs": []any{"--bypass-watch=1h"}},
 		"serviceMonitor": map[string]any{"enabled": true},
 	},
 	"no injector": {"injector": map[string]any{"enabled": false}},
@@ -76,14 +75,16 @@ func decodeStrict(t *testing.T, o deploy.Object, out any) {
 // serviceMonitor is the part of monitoring.coreos.com/v1 ServiceMonitor
 // the chart writes; a field outside it fails the strict decode.
 type serviceMonitor struct {
-	APIVersion string            `json:"apiVersion"`
-	Kind       string            `json:"kind"`
-	Metadata   map[string]any    `json:"metadata"`
+	APIVersion string             `json:"apiVersion"`
+	Kind       string             `json:"kind"`
+	Metadata   map[string]any     `json:"metadata"`
 	Spec       serviceMonitorSpec `json:"spec"`
 }
 
 type serviceMonitorSpec struct {
-	Selector  struct{ MatchLabels map[string]string `json:"matchLabels"` } `json:"selector"`
+	Selector struct {
+		MatchLabels map[string]string `json:"matchLabels"`
+	} `json:"selector"`
 	Endpoints []struct {
 		Port, Path, Interval string
 	} `json:"endpoints"`
@@ -398,5 +399,4 @@ func TestRenderRefusesBadValues(t *testing.T) {
 			t.Errorf("values %v: got %v, want an error naming %s", c.vals, err, c.want)
 		}
 	}
-	_ = fmt.Sprint
 }
