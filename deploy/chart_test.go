@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -18,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
@@ -109,6 +112,8 @@ type rendered struct {
 	webhooks     []admissionregistrationv1.MutatingWebhookConfiguration
 	netpols      []networkingv1.NetworkPolicy
 	monitors     []serviceMonitor
+	roles        []rbacv1.Role
+	bindings     []rbacv1.RoleBinding
 }
 
 func decodeAll(t *testing.T, objs []deploy.Object) *rendered {
@@ -141,6 +146,10 @@ func decodeAll(t *testing.T, objs []deploy.Object) *rendered {
 			r.webhooks = append(r.webhooks, decode[admissionregistrationv1.MutatingWebhookConfiguration](t, o))
 		case "networking.k8s.io/v1 NetworkPolicy":
 			r.netpols = append(r.netpols, decode[networkingv1.NetworkPolicy](t, o))
+		case "rbac.authorization.k8s.io/v1 Role":
+			r.roles = append(r.roles, decode[rbacv1.Role](t, o))
+		case "rbac.authorization.k8s.io/v1 RoleBinding":
+			r.bindings = append(r.bindings, decode[rbacv1.RoleBinding](t, o))
 		case "monitoring.coreos.com/v1 ServiceMonitor":
 			r.monitors = append(r.monitors, decode[serviceMonitor](t, o))
 		case "cert-manager.io/v1 Issuer", "cert-manager.io/v1 Certificate":
@@ -180,6 +189,19 @@ func (r *rendered) service(name string) *corev1.Service {
 	return nil
 }
 
+// leaderLabel is the label the leading control plane replica sets on its
+// own pod (values.yaml controlPlane.leaderLabel).
+const leaderLabel = "baton.io/leader"
+
+// templateSelector is sel as it selects pod templates: without the leader
+// label, which no template carries (the leading replica labels its own pod
+// at run time).
+func templateSelector(sel map[string]string) labels.Selector {
+	sel = maps.Clone(sel)
+	delete(sel, leaderLabel)
+	return labels.SelectorFromSet(sel)
+}
+
 // TestChartObjectsValidate renders every value set, decodes every object
 // into its k8s.io/api type, and checks what refers to what.
 func TestChartObjectsValidate(t *testing.T) {
@@ -199,7 +221,7 @@ func TestChartObjectsValidate(t *testing.T) {
 					return
 				}
 				for _, p := range pods {
-					if labels.SelectorFromSet(sel).Matches(labels.Set(p.Labels)) {
+					if templateSelector(sel).Matches(labels.Set(p.Labels)) {
 						return
 					}
 				}
@@ -213,7 +235,7 @@ func TestChartObjectsValidate(t *testing.T) {
 					}
 					found := false
 					for _, pod := range pods {
-						if labels.SelectorFromSet(s.Spec.Selector).Matches(labels.Set(pod.Labels)) {
+						if templateSelector(s.Spec.Selector).Matches(labels.Set(pod.Labels)) {
 							for _, c := range pod.Spec.Containers {
 								found = found || slices.ContainsFunc(c.Ports, func(cp corev1.ContainerPort) bool { return cp.Name == p.TargetPort.StrVal })
 							}
@@ -277,6 +299,40 @@ func TestChartObjectsValidate(t *testing.T) {
 					if h.NamespaceSelector == nil || h.NamespaceSelector.MatchLabels["baton.io/inject"] != "enabled" {
 						t.Errorf("webhook %s: namespaceSelector %+v, want baton.io/inject=enabled", h.Name, h.NamespaceSelector)
 					}
+				}
+			}
+			// Every binding binds a Role of the chart to a service account
+			// of the chart; the control plane's Role patches exactly its
+			// StatefulSet's pods, and its pods mount the token to do it.
+			for _, b := range r.bindings {
+				if !slices.ContainsFunc(r.roles, func(ro rbacv1.Role) bool { return b.RoleRef.Kind == "Role" && ro.Name == b.RoleRef.Name }) {
+					t.Errorf("RoleBinding %s: binds %+v, not a Role of the chart", b.Name, b.RoleRef)
+				}
+				for _, sub := range b.Subjects {
+					if sub.Kind != "ServiceAccount" || sub.Namespace != "baton" ||
+						!slices.ContainsFunc(r.accounts, func(a corev1.ServiceAccount) bool { return a.Name == sub.Name }) {
+						t.Errorf("RoleBinding %s: subject %+v is not a service account of the chart", b.Name, sub)
+					}
+				}
+			}
+			for _, s := range r.statefulSets {
+				if !strings.HasSuffix(s.Name, "-controlplane") {
+					continue
+				}
+				var want []string
+				for i := range int(*s.Spec.Replicas) {
+					want = append(want, fmt.Sprintf("%s-%d", s.Name, i))
+				}
+				patches := slices.ContainsFunc(r.roles, func(ro rbacv1.Role) bool {
+					return slices.ContainsFunc(ro.Rules, func(ru rbacv1.PolicyRule) bool {
+						return slices.Equal(ru.Resources, []string{"pods"}) && slices.Equal(ru.Verbs, []string{"patch"}) && slices.Equal(ru.ResourceNames, want)
+					})
+				})
+				if !patches {
+					t.Errorf("StatefulSet %s: no Role of the chart lets it patch exactly its pods %v (the leader label)", s.Name, want)
+				}
+				if m := s.Spec.Template.Spec.AutomountServiceAccountToken; m == nil || !*m {
+					t.Errorf("StatefulSet %s: its pods do not mount their service account token, which the leader label needs", s.Name)
 				}
 			}
 		})

@@ -20,8 +20,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/baton-kafka/baton/deploy"
+	"github.com/baton-kafka/baton/internal/podlabel"
 	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/test/etcdcluster"
+	"github.com/baton-kafka/baton/test/kubeapi"
 )
 
 // renderedObject decodes the one rendered object of kind named name into
@@ -64,6 +66,9 @@ func containerArgs(t *testing.T, spec corev1.PodSpec, pod string, set map[string
 	return args
 }
 
+// leaderLabelKey is the chart's default controlPlane.leaderLabel.
+const leaderLabelKey = "baton.io/leader"
+
 // TestChartStarts renders the Helm chart (external etcd, the clusters
 // given) and runs its control plane replicas and its injector from the
 // rendered arguments, rewriting only the listen addresses (to loopback
@@ -85,6 +90,9 @@ func TestChartStarts(t *testing.T) {
 		"source":      map[string]any{"bootstrap": src.Bootstrap()},
 		"destination": map[string]any{"bootstrap": dst.Bootstrap()},
 		"etcd":        map[string]any{"enabled": false, "external": map[string]any{"endpoints": toAny(endpoints)}},
+		// kfake answers DescribeACLs but enforces none: a fence there
+		// would be a promise nobody keeps.
+		"controlPlane": map[string]any{"sourceFence": "none"},
 	}, "1.30.0")
 	if err != nil {
 		t.Fatal(err)
@@ -98,37 +106,115 @@ func TestChartStarts(t *testing.T) {
 	renderedObject(t, objs, "Secret", release+"-api-tokens", &tokens)
 	tokensFile := secretFile(t, dir, tokens.StringData, "tokens.yaml")
 	tokenFile := secretFile(t, dir, tokens.StringData, "token")
-	var replicas []*controlPlaneProc
+	// Each replica in a pod of its own: POD_NAME and POD_NAMESPACE as the
+	// downward API sets them, and a service account that reaches a
+	// stand-in for the Kubernetes API, which keeps the pods' labels.
+	kube := kubeapi.Start(t, "controlplane-sa-token")
+	saDir := kube.ServiceAccountDir(t, t.TempDir(), ns)
+	type replica struct {
+		pod  string
+		args []string
+		env  []string
+		proc *controlPlaneProc
+	}
+	start := func(r *replica) {
+		r.proc = runBatonEnv(t, r.env, r.args...)
+		wait.For(t, 2*time.Minute, r.pod+" campaigning", func() string {
+			select {
+			case <-r.proc.exited:
+				t.Fatalf("%s exited:\n%s", r.pod, r.proc.log)
+			default:
+			}
+			if !strings.Contains(r.proc.log.String(), "campaigning for leader") {
+				return "not yet:\n" + r.proc.log.String()
+			}
+			return ""
+		})
+	}
+	var replicas []*replica
 	for i := range int(*sts.Spec.Replicas) {
-		pod := fmt.Sprintf("%s-%d", sts.Name, i)
-		args := containerArgs(t, sts.Spec.Template.Spec, pod, map[string]string{
+		r := &replica{pod: fmt.Sprintf("%s-%d", sts.Name, i)}
+		r.args = containerArgs(t, sts.Spec.Template.Spec, r.pod, map[string]string{
 			"--grpc": freeTCPAddr(t), "--http": "127.0.0.1:0", "--admin": "127.0.0.1:0", "--api-tokens-file": tokensFile})
-		t.Logf("%s: baton %s", pod, strings.Join(args, " "))
-		if args[0] != "controlplane" {
-			t.Fatalf("the control plane container runs baton %s, not baton controlplane", args[0])
+		if r.args[0] != "controlplane" {
+			t.Fatalf("the control plane container runs baton %s, not baton controlplane", r.args[0])
 		}
-		replicas = append(replicas, startReplica(t, args[1:]...))
+		r.env = []string{"KUBERNETES_SERVICE_HOST=" + kube.Host(), "KUBERNETES_SERVICE_PORT=" + kube.Port(),
+			podlabel.ServiceAccountDirEnv + "=" + saDir}
+		for _, e := range sts.Spec.Template.Spec.Containers[0].Env {
+			switch {
+			case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name":
+				r.env = append(r.env, e.Name+"="+r.pod)
+			case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
+				r.env = append(r.env, e.Name+"="+ns)
+			case e.ValueFrom == nil:
+				r.env = append(r.env, e.Name+"="+e.Value)
+			}
+		}
+		t.Logf("%s: baton %s", r.pod, strings.Join(r.args, " "))
+		start(r)
+		replicas = append(replicas, r)
 	}
 	if len(replicas) != 3 {
 		t.Errorf("the chart runs %d control plane replicas by default, want 3", len(replicas))
 	}
-	var api string
-	wait.For(t, 2*time.Minute, "a replica elected and serving the API", func() string {
-		for _, r := range replicas {
-			if m := upLine.FindStringSubmatch(r.log.String()); m != nil {
-				api = m[1]
-				return ""
+	// The API Service selects the leader label: exactly one pod carries
+	// it, the one whose replica serves the API.
+	var api apiService
+	renderedObject(t, objs, "Service", release+"-controlplane-api", &api.svc)
+	leader := func(skip *replica) (r *replica, url string) {
+		wait.For(t, 2*time.Minute, "one replica elected, serving the API, and the only pod the API Service selects", func() string {
+			var selected []string
+			r, url = nil, ""
+			for _, c := range replicas {
+				if c == skip {
+					continue
+				}
+				if api.selects(kube.Labels(ns, c.pod)) {
+					selected = append(selected, c.pod)
+				}
+				if m := upLine.FindStringSubmatch(c.proc.log.String()); m != nil && strings.Contains(c.proc.log.String(), "elected leader") {
+					r, url = c, m[1]
+				}
 			}
-		}
-		return "no replica up yet"
-	})
-	if out, err := runCLI("topic", "add", "orders", "--server", api, "--token-file", tokenFile); err != nil {
+			if r == nil {
+				return fmt.Sprintf("no leader yet; the Service selects %v", selected)
+			}
+			if len(selected) != 1 || selected[0] != r.pod {
+				return fmt.Sprintf("%s leads, the Service selects %v", r.pod, selected)
+			}
+			return ""
+		})
+		return r, url
+	}
+	lead, apiURL := leader(nil)
+	t.Logf("%s leads and is the pod the API Service selects", lead.pod)
+	api.url = apiURL
+	if out, err := runCLI("topic", "add", "orders", "--server", apiURL, "--token-file", tokenFile); err != nil {
 		t.Fatalf("topic add with the chart's operator token: %v\n%s", err, out)
 	}
-	if resp, err := http.Get(api + "/v1/topics"); err != nil {
+	if resp, err := http.Get(apiURL + "/v1/topics"); err != nil {
 		t.Fatal(err)
 	} else if resp.Body.Close(); resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("the API answered a caller without a token %s, want 401", resp.Status)
+	}
+
+	// The leader is killed (SIGKILL: it labels nothing on its way out):
+	// another is elected and labels its pod. Kubernetes restarts the
+	// killed container; the new process labels its pod not the leader
+	// before it campaigns.
+	lead.proc.kill()
+	next, _ := leader(lead)
+	t.Logf("%s killed; %s leads and is labelled so", lead.pod, next.pod)
+	start(lead)
+	wait.For(t, time.Minute, "the restarted "+lead.pod+" labelled not the leader", func() string {
+		if l := kube.Labels(ns, lead.pod); l[leaderLabelKey] != "false" {
+			return fmt.Sprintf("labels %v", l)
+		}
+		return ""
+	})
+	if l := kube.Labels(ns, next.pod); !api.selects(l) {
+		t.Errorf("the leader %s's labels %v are not what the API Service selects", next.pod, l)
 	}
 
 	// The injector, with the chart's certificate.
@@ -210,6 +296,19 @@ func TestChartStarts(t *testing.T) {
 			t.Errorf("the injected agent lacks %q; patch:\n%s", want, patch)
 		}
 	}
+}
+
+// apiService is the chart's Service of the HTTP API.
+type apiService struct {
+	svc corev1.Service
+	url string
+}
+
+// selects says whether the Service routes to a pod labelled so (the
+// chart's other selector labels are on every control plane pod).
+func (a *apiService) selects(labels map[string]string) bool {
+	v, ok := a.svc.Spec.Selector[leaderLabelKey]
+	return ok && labels[leaderLabelKey] == v
 }
 
 func toAny(ss []string) []any {

@@ -39,7 +39,7 @@ func newControlPlaneCmd() *cobra.Command {
 		apiInsecure                                                           bool
 		lease, forward, timeout, bypassWatch, bypassGrace, forgottenWindow    time.Duration
 		txnWindow                                                             time.Duration
-		admin, replicaID                                                      string
+		admin, replicaID, leaderLabelKey                                      string
 		leaderTTL                                                             time.Duration
 		srcSASL, destSASL                                                     securityFlags
 	)
@@ -118,6 +118,10 @@ allowed to alter and describe ACLs.`,
 			if err != nil {
 				return err
 			}
+			ll, err := newLeaderLabel(ctx, leaderLabelKey, endpoints, log)
+			if err != nil {
+				return err
+			}
 			var store *controlplane.EtcdStore
 			if endpoints != "" {
 				store, err = controlplane.OpenEtcd(ctx, splitList(endpoints))
@@ -186,6 +190,10 @@ allowed to alter and describe ACLs.`,
 					return err
 				}
 				log.Info("elected leader", "replica", replicaID)
+				if ll != nil {
+					ll.elected(ctx)
+					defer ll.stepDown()
+				}
 				defer func() {
 					rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 					defer cancel()
@@ -355,6 +363,7 @@ allowed to alter and describe ACLs.`,
 	f.StringVar(&replication, "replication", "in-process", "who copies topics: in-process (this process's replicator) or workers (`baton replicator --control-plane` processes, which hold partition leases from this one)")
 	f.StringVar(&endpoints, "etcd-endpoints", "", "external etcd endpoints, comma-separated (instead of the embedded one); replicas on one etcd elect a leader")
 	f.StringVar(&replicaID, "replica-id", "", "this replica's name in the leader election and `baton controlplane status` (default: hostname/--grpc)")
+	f.StringVar(&leaderLabelKey, "leader-label", "", "in a Kubernetes pod (POD_NAME set, its service account allowed to patch pods): label the pod KEY=true while this replica leads, KEY=false otherwise, for a Service that routes the HTTP API to the leader (with --etcd-endpoints)")
 	f.DurationVar(&leaderTTL, "leader-ttl", controlplane.DefaultLeaderTTL, "etcd session of a replica: a dead leader is replaced after about this long (whole seconds)")
 	f.DurationVar(&lease, "lease", migration.DefaultLease, "agents' lease")
 	f.DurationVar(&forward, "forward-deadline", migration.DefaultForwardDeadline, "forward deadline F (below the lease)")

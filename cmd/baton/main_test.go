@@ -79,9 +79,16 @@ func runControlPlane(t *testing.T, args ...string) *controlPlaneProc {
 // SIGTERM when the test ends (SIGKILL 20 s later).
 func runBaton(t *testing.T, args ...string) *controlPlaneProc {
 	t.Helper()
+	return runBatonEnv(t, nil, args...)
+}
+
+// runBatonEnv is runBaton with env (KEY=value) added to the process's
+// environment.
+func runBatonEnv(t *testing.T, env []string, args ...string) *controlPlaneProc {
+	t.Helper()
 	log := &testlog.Buffer{}
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), batonChildEnv+"=1")
+	cmd.Env = append(append(os.Environ(), env...), batonChildEnv+"=1")
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

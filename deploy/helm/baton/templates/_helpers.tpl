@@ -13,6 +13,7 @@
 {{- define "baton.controlplane.headless" -}}{{ include "baton.fullname" . }}-controlplane-headless{{- end -}}
 {{- define "baton.etcd" -}}{{ include "baton.fullname" . }}-etcd{{- end -}}
 {{- define "baton.injector" -}}{{ include "baton.fullname" . }}-injector{{- end -}}
+{{- define "baton.controlplane.api" -}}{{ include "baton.controlplane" . }}-api{{- end -}}
 {{- define "baton.injector.tls" -}}{{ include "baton.fullname" . }}-injector-tls{{- end -}}
 {{- define "baton.api.tokens" -}}
 {{- .Values.controlPlane.api.existingSecret | default (printf "%s-api-tokens" (include "baton.fullname" .)) -}}
