@@ -131,8 +131,10 @@ func splitDocs(s string) []string {
 // "# Source:" comment as `helm template` writes them.
 func Manifests(objs []Object) []byte {
 	var b strings.Builder
-	b.WriteString("# Baton's plain manifests, rendered from deploy/helm/baton with its default values as\n")
-	b.WriteString("# release \"baton\" in namespace \"baton\" (`make manifests`). Edit the chart, not this file.\n")
+	b.WriteString("# Baton's plain manifests, rendered from deploy/helm/baton as release \"baton\" in namespace\n")
+	b.WriteString("# \"baton\" (`make manifests`): its default values, but for two that keep secrets out of this\n")
+	b.WriteString("# file: the injector's certificate comes from cert-manager, and the HTTP API's tokens from a\n")
+	b.WriteString("# Secret baton-api-tokens you make (key tokens.yaml). Edit the chart, not this file.\n")
 	for _, o := range objs {
 		b.WriteString("---\n# Source: " + o.Template + "\n")
 		b.WriteString(strings.TrimRight(string(o.YAML), "\n") + "\n")
