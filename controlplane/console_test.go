@@ -111,7 +111,7 @@ func TestConsole(t *testing.T) {
 	}
 	browser := chromium()
 	if browser == "" {
-		t.Skip("no chromium binary on PATH (chromium, chromium-browser, google-chrome, chrome, headless-shell): `make test-deps` installs Debian's chromium")
+		t.Fatal("no chromium binary on PATH (chromium, chromium-browser, google-chrome, chrome, headless-shell): `make test-deps` installs Debian's chromium")
 	}
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
