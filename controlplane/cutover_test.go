@@ -152,13 +152,19 @@ type standIn struct {
 
 func startAgent(t *testing.T, ctx context.Context, addr, id string) *standIn {
 	t.Helper()
+	return startAgentIn(t, ctx, addr, id, "team-a", "app")
+}
+
+// startAgentIn is startAgent reporting namespace and workload.
+func startAgentIn(t *testing.T, ctx context.Context, addr, id, namespace, workload string) *standIn {
+	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	a := &standIn{id: id, routes: map[string]*batonv1.TopicRoute{}}
-	node := xds.NodeMeta(id, "team-a", "app")
+	node := xds.NodeMeta(id, namespace, workload)
 	a.client, err = xds.NewClient(conn, node, xds.ClientLogger(quiet), xds.Backoff(20*time.Millisecond, 200*time.Millisecond),
 		xds.OnRoutes(func(v uint64, rs []*batonv1.TopicRoute) error {
 			a.mu.Lock()

@@ -39,8 +39,12 @@ import (
 // certificate of two callers, a read-only caller's write). The actor of a
 // write is the caller's name when credentials are required, else the one
 // the request declares.
+//
+// The web console adds GET /v1/whoami and GET /v1/overview to the API, and
+// serves its files at /console/ outside the credential check (console.go).
 func (cp *ControlPlane) Handler() http.Handler {
 	mux := http.NewServeMux()
+	cp.consoleRoutes(mux)
 	mux.HandleFunc("GET /v1/topics", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, cp.Topics()) })
 	mux.HandleFunc("POST /v1/topics", func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
@@ -146,9 +150,9 @@ func (cp *ControlPlane) Handler() http.Handler {
 		writeJSON(w, fs)
 	})
 	if len(cp.cfg.apiTokens) > 0 || len(cp.cfg.apiIDs) > 0 {
-		return (&apiAuth{tokens: cp.cfg.apiTokens, ids: cp.cfg.apiIDs, log: cp.log}).wrap(mux)
+		return withConsole((&apiAuth{tokens: cp.cfg.apiTokens, ids: cp.cfg.apiIDs, log: cp.log}).wrap(mux))
 	}
-	return mux
+	return withConsole(mux)
 }
 
 // parseForceParam reads a removal's force parameter: empty is false.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the client-matrix drivers in test/clients need, on a Debian
 # machine, as root: kcat (Debian package), kafkajs (npm ci against the
-# committed lockfile) and confluent-kafka-python (a virtualenv).
+# committed lockfile) and confluent-kafka-python (a virtualenv); and Debian's
+# chromium for the web console's browser test.
 #
 # Idempotent and quick when everything is in place: each step checks first
 # and does nothing when its stamp matches. apt-get update runs only when a
@@ -67,6 +68,12 @@ if ! command -v kcat >/dev/null 2>&1; then
 	apt_install kcat
 fi
 command -v kcat >/dev/null 2>&1 || { log "kcat still missing after apt-get install"; exit 1; }
+
+# Debian's chromium, for the web console's headless browser test
+# (controlplane/console_test.go, driven by chromedp).
+if ! command -v chromium >/dev/null 2>&1; then
+	apt_install chromium
+fi
 
 # Node and npm, then kafkajs from the lockfile.
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
