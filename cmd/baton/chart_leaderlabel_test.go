@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -106,5 +107,61 @@ func TestChartLeaderLabelledOnlyWhileServing(t *testing.T) {
 				"while nothing listened on --http; label changes: %+v\nlog:\n%s", r.pod, leaderLabelKey, kube.History(), log)
 			break
 		}
+	}
+}
+
+// TestChartStalledLeaderUnlabelled: a leader that stalls (SIGSTOP: a long
+// pause, a hung node) loses its etcd session and another replica is
+// elected. The stalled pod still passes its tcpSocket readiness probe
+// (the kernel completes the handshake for it), so it must not still be
+// labelled the leader, or the API Service routes to two pods, one of which
+// answers nothing.
+func TestChartStalledLeaderUnlabelled(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("runs control plane processes, etcd and kfake clusters")
+	}
+	endpoints := etcdcluster.Start(t, 1).Endpoints()
+	src, dst := kfakePair(t)
+	kube := kubeapi.Start(t, "controlplane-sa-token")
+	rs := startChartReplicas(t, kube, map[string]any{
+		"source":       map[string]any{"bootstrap": src.Bootstrap()},
+		"destination":  map[string]any{"bootstrap": dst.Bootstrap()},
+		"etcd":         map[string]any{"enabled": false, "external": map[string]any{"endpoints": toAny(endpoints)}},
+		"controlPlane": map[string]any{"sourceFence": "none"},
+	}, 0, 1)
+	const ns = "baton"
+	leaderOf := func(skip *chartReplica) *chartReplica {
+		var lead *chartReplica
+		wait.For(t, 2*time.Minute, "a replica serving the API and labelled the leader", func() string {
+			lead = nil
+			for _, r := range rs {
+				if r != skip && upLine.MatchString(r.proc.log.String()) && kube.Labels(ns, r.pod)[leaderLabelKey] == "true" {
+					lead = r
+					return ""
+				}
+			}
+			return fmt.Sprintf("none yet; labels: %v", kube.History())
+		})
+		return lead
+	}
+	stalled := leaderOf(nil)
+	if err := stalled.proc.proc.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			_ = stalled.proc.proc.Signal(syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(resume) // before the SIGTERM of runBaton's cleanup
+	next := leaderOf(stalled)
+	got := kube.Labels(ns, stalled.pod)[leaderLabelKey]
+	resume()
+	if got == "true" {
+		t.Errorf("%s leads and is labelled %s=true, and the stalled former leader %s is still labelled true: "+
+			"the API Service selects both; label changes: %+v", next.pod, leaderLabelKey, stalled.pod, kube.History())
 	}
 }
