@@ -165,3 +165,30 @@ func TestChartStalledLeaderUnlabelled(t *testing.T) {
 			"the API Service selects both; label changes: %+v", next.pod, leaderLabelKey, stalled.pod, kube.History())
 	}
 }
+
+// TestChartReplicaStartsThroughABriefAPIOutage: --leader-label gives its
+// first label 30 s; one 503 from the Kubernetes API (an API server being
+// upgraded) must not stop the replica's start, which the pod would repeat
+// under CrashLoopBackOff. A refusal (RBAC) still is final
+// (podlabel.TestSet, newLeaderLabel).
+func TestChartReplicaStartsThroughABriefAPIOutage(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("runs a control plane process, etcd and kfake clusters")
+	}
+	endpoints := etcdcluster.Start(t, 1).Endpoints()
+	src, dst := kfakePair(t)
+	kube := kubeapi.Start(t, "controlplane-sa-token")
+	kube.Unavailable(1)
+	// startChartReplicas fails the test if the replica exits before it
+	// campaigns.
+	rs := startChartReplicas(t, kube, map[string]any{
+		"source":       map[string]any{"bootstrap": src.Bootstrap()},
+		"destination":  map[string]any{"bootstrap": dst.Bootstrap()},
+		"etcd":         map[string]any{"enabled": false, "external": map[string]any{"endpoints": toAny(endpoints)}},
+		"controlPlane": map[string]any{"sourceFence": "none"},
+	}, 0)
+	if got := kube.Labels("baton", rs[0].pod)[leaderLabelKey]; got != "false" && got != "true" {
+		t.Errorf("%s campaigns with its pod's %s %q, want it labelled", rs[0].pod, leaderLabelKey, got)
+	}
+}

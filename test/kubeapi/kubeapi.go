@@ -29,6 +29,8 @@ type Server struct {
 	mu     sync.Mutex
 	labels map[string]map[string]string // "ns/name" -> labels
 	forbid bool
+	// unavailable is how many patches more answer 503.
+	unavailable int
 	// history is every label a patch set, in the order applied.
 	history []Change
 }
@@ -71,6 +73,14 @@ func (s *Server) Forbid(on bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.forbid = on
+}
+
+// Unavailable makes the next n patches answer 503, as an API server
+// being upgraded or overloaded does.
+func (s *Server) Unavailable(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.unavailable = n
 }
 
 // Labels returns pod ns/name's labels.
@@ -132,6 +142,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.unavailable > 0 {
+		s.unavailable--
+		status(w, http.StatusServiceUnavailable, "ServiceUnavailable", "the server is currently unable to handle the request")
+		return
+	}
 	if s.forbid {
 		status(w, http.StatusForbidden, "Forbidden", fmt.Sprintf(`pods %q is forbidden: User "system:serviceaccount:%s:baton" cannot patch resource "pods" in API group "" in the namespace %q`, name, ns, ns))
 		return
