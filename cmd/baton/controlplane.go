@@ -39,7 +39,7 @@ func newControlPlaneCmd() *cobra.Command {
 		apiInsecure                                                           bool
 		lease, forward, timeout, bypassWatch, bypassGrace, forgottenWindow    time.Duration
 		txnWindow                                                             time.Duration
-		admin, replicaID, leaderLabelKey                                      string
+		admin, replicaID, leaderLabelKey, leaderLabelPeers                    string
 		leaderTTL                                                             time.Duration
 		srcSASL, destSASL                                                     securityFlags
 	)
@@ -118,7 +118,7 @@ allowed to alter and describe ACLs.`,
 			if err != nil {
 				return err
 			}
-			ll, err := newLeaderLabel(ctx, leaderLabelKey, endpoints, log)
+			ll, err := newLeaderLabel(ctx, leaderLabelKey, leaderLabelPeers, endpoints, log)
 			if err != nil {
 				return err
 			}
@@ -191,8 +191,7 @@ allowed to alter and describe ACLs.`,
 				}
 				log.Info("elected leader", "replica", replicaID)
 				if ll != nil {
-					ll.elected(ctx)
-					defer ll.stepDown()
+					defer ll.stepDown() // also on a start that fails from here on
 				}
 				defer func() {
 					rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
@@ -329,6 +328,9 @@ allowed to alter and describe ACLs.`,
 				}
 			}
 			log.Info("control plane up", "grpc", gln.Addr().String(), "http", api)
+			if ll != nil && lead != nil {
+				ll.serving(ctx) // only now: the API Service must not route to a replica not serving yet
+			}
 			lost := make(chan struct{})
 			if lead != nil {
 				go func() {
@@ -347,6 +349,9 @@ allowed to alter and describe ACLs.`,
 					"another replica leads now; this one wrote nothing since and exits for its supervisor to restart it as a follower")
 			default:
 			}
+			if ll != nil {
+				ll.stepDown() // before the API stops answering
+			}
 			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
 			_ = hs.Shutdown(sctx)
@@ -364,6 +369,7 @@ allowed to alter and describe ACLs.`,
 	f.StringVar(&endpoints, "etcd-endpoints", "", "external etcd endpoints, comma-separated (instead of the embedded one); replicas on one etcd elect a leader")
 	f.StringVar(&replicaID, "replica-id", "", "this replica's name in the leader election and `baton controlplane status` (default: hostname/--grpc)")
 	f.StringVar(&leaderLabelKey, "leader-label", "", "in a Kubernetes pod (POD_NAME set, its service account allowed to patch pods): label the pod KEY=true while this replica leads, KEY=false otherwise, for a Service that routes the HTTP API to the leader (with --etcd-endpoints)")
+	f.StringVar(&leaderLabelPeers, "leader-label-peers", "", "with --leader-label: the other replicas' pods, comma-separated, labelled KEY=false by this replica when elected, before it labels its own pod KEY=true (a stalled former leader must not stay selected)")
 	f.DurationVar(&leaderTTL, "leader-ttl", controlplane.DefaultLeaderTTL, "etcd session of a replica: a dead leader is replaced after about this long (whole seconds)")
 	f.DurationVar(&lease, "lease", migration.DefaultLease, "agents' lease")
 	f.DurationVar(&forward, "forward-deadline", migration.DefaultForwardDeadline, "forward deadline F (below the lease)")

@@ -131,5 +131,43 @@ func (p *Pod) Set(ctx context.Context, key, value string) error {
 	if json.Unmarshal(b, &st) != nil || st.Message == "" {
 		st.Message = strings.TrimSpace(string(b))
 	}
-	return fmt.Errorf("%w: PATCH pod %s/%s: %s: %s", ErrAPI, p.Namespace, p.Name, resp.Status, st.Message)
+	return &APIError{Code: resp.StatusCode, Status: resp.Status, Message: st.Message, Pod: p.Namespace + "/" + p.Name}
+}
+
+// APIError is the Kubernetes API's refusal of a patch; it is ErrAPI.
+type APIError struct {
+	Code            int
+	Status, Message string
+	Pod             string
+}
+
+func (e *APIError) Error() string {
+	return fmt.Sprintf("%v: PATCH pod %s: %s: %s", ErrAPI, e.Pod, e.Status, e.Message)
+}
+
+func (e *APIError) Unwrap() error { return ErrAPI }
+
+// Temporary says whether err may pass if the call is made again: the API
+// server out of reach or answering 429 or 5xx (being upgraded,
+// overloaded). A refusal (401, 403, 404, 422) is final.
+func Temporary(err error) bool {
+	var ae *APIError
+	if errors.As(err, &ae) {
+		return ae.Code == http.StatusTooManyRequests || ae.Code >= 500
+	}
+	return errors.Is(err, ErrAPI) // no answer at all
+}
+
+// NotFound says whether err is the API's answer that the pod does not
+// exist.
+func NotFound(err error) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && ae.Code == http.StatusNotFound
+}
+
+// Other is the pod named name in p's namespace, reached as p is.
+func (p *Pod) Other(name string) *Pod {
+	o := *p
+	o.Name = name
+	return &o
 }

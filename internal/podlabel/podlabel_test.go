@@ -33,10 +33,17 @@ func TestSet(t *testing.T) {
 			t.Fatalf("label baton.io/leader is %q, want %q", got, v)
 		}
 	}
+	api.Unavailable(1)
+	if err := pod.Set(ctx, "baton.io/leader", "false"); !podlabel.Temporary(err) {
+		t.Fatalf("a 503: %v, want a temporary error", err)
+	}
 	api.Forbid(true)
 	err = pod.Set(ctx, "baton.io/leader", "false")
 	if !errors.Is(err, podlabel.ErrAPI) || !strings.Contains(err.Error(), "403") || !strings.Contains(err.Error(), "cannot patch resource") {
 		t.Fatalf("a forbidden patch: %v, want ErrAPI with the status and the API server's message", err)
+	}
+	if podlabel.Temporary(err) || podlabel.NotFound(err) {
+		t.Fatalf("a 403 is final and not a missing pod: %v", err)
 	}
 }
 

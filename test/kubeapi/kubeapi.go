@@ -15,6 +15,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -28,6 +29,24 @@ type Server struct {
 	mu     sync.Mutex
 	labels map[string]map[string]string // "ns/name" -> labels
 	forbid bool
+	// unavailable is how many patches more answer 503.
+	unavailable int
+	// history is every label a patch set, in the order applied.
+	history []Change
+}
+
+// Change is one label a patch set on pod Namespace/Name (Value "" and
+// Deleted for a key the patch removed).
+type Change struct {
+	Namespace, Name, Key, Value string
+	Deleted                     bool
+}
+
+// History returns every label change applied so far, oldest first.
+func (s *Server) History() []Change {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.history)
 }
 
 // Start starts a server that accepts token until the test ends.
@@ -40,14 +59,28 @@ func Start(t testing.TB, token string) *Server {
 }
 
 // Host and Port are KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT.
-func (s *Server) Host() string { h, _, _ := strings.Cut(strings.TrimPrefix(s.srv.URL, "https://"), ":"); return h }
-func (s *Server) Port() string { _, p, _ := strings.Cut(strings.TrimPrefix(s.srv.URL, "https://"), ":"); return p }
+func (s *Server) Host() string {
+	h, _, _ := strings.Cut(strings.TrimPrefix(s.srv.URL, "https://"), ":")
+	return h
+}
+func (s *Server) Port() string {
+	_, p, _ := strings.Cut(strings.TrimPrefix(s.srv.URL, "https://"), ":")
+	return p
+}
 
 // Forbid makes every patch answer 403, as a missing RBAC rule does.
 func (s *Server) Forbid(on bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.forbid = on
+}
+
+// Unavailable makes the next n patches answer 503, as an API server
+// being upgraded or overloaded does.
+func (s *Server) Unavailable(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.unavailable = n
 }
 
 // Labels returns pod ns/name's labels.
@@ -109,6 +142,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.unavailable > 0 {
+		s.unavailable--
+		status(w, http.StatusServiceUnavailable, "ServiceUnavailable", "the server is currently unable to handle the request")
+		return
+	}
 	if s.forbid {
 		status(w, http.StatusForbidden, "Forbidden", fmt.Sprintf(`pods %q is forbidden: User "system:serviceaccount:%s:baton" cannot patch resource "pods" in API group "" in the namespace %q`, name, ns, ns))
 		return
@@ -121,8 +159,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	for k, v := range patch.Metadata.Labels {
 		if v == nil {
 			delete(l, k)
+			s.history = append(s.history, Change{Namespace: ns, Name: name, Key: k, Deleted: true})
 		} else {
 			l[k] = *v
+			s.history = append(s.history, Change{Namespace: ns, Name: name, Key: k, Value: *v})
 		}
 	}
 	w.Header().Set("Content-Type", "application/json")

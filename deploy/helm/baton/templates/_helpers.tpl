@@ -13,6 +13,14 @@
 {{- define "baton.controlplane.headless" -}}{{ include "baton.fullname" . }}-controlplane-headless{{- end -}}
 {{- define "baton.etcd" -}}{{ include "baton.fullname" . }}-etcd{{- end -}}
 {{- define "baton.injector" -}}{{ include "baton.fullname" . }}-injector{{- end -}}
+{{/* The control plane StatefulSet's pod names, comma-separated. */}}
+{{- define "baton.controlplane.pods" -}}
+{{- $pods := list -}}
+{{- range $i := until (int .Values.controlPlane.replicas) -}}
+{{- $pods = append $pods (printf "%s-%d" (include "baton.controlplane" $) $i) -}}
+{{- end -}}
+{{- join "," $pods -}}
+{{- end -}}
 {{- define "baton.controlplane.api" -}}{{ include "baton.controlplane" . }}-api{{- end -}}
 {{- define "baton.injector.tls" -}}{{ include "baton.fullname" . }}-injector-tls{{- end -}}
 {{- define "baton.api.tokens" -}}
