@@ -357,6 +357,7 @@ func New(opts ...Opt) (_ *Agent, err error) {
 		if a.cp, err = a.newCPLink(); err != nil {
 			return nil, err
 		}
+		cfg.registry.MustRegister(a.cp.leaseGauge())
 	}
 	if a.auth, err = a.saslFilter(); err != nil {
 		return nil, err

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -68,6 +69,25 @@ func (a *Agent) newCPLink() (*cpLink, error) {
 		return nil, fmt.Errorf("%w: control plane: %w", ErrBadConfig, err)
 	}
 	return l, nil
+}
+
+// leaseGauge is baton_agent_lease_remaining_seconds: how long the lease
+// the agent holds has to run, by its own clock (the one it forwards by),
+// read at each scrape; 0 while it holds none (before the first grant, or
+// after one ran out unrenewed). A gauge rather than a count of expiries:
+// an agent whose control plane is out of reach still serves /metrics, and
+// its 0 says so from the lease's end until a renewal.
+func (l *cpLink) leaseGauge() prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "baton_agent_lease_remaining_seconds",
+		Help: "Seconds until the agent's lease from the control plane runs out; 0 while it holds none.",
+	}, func() float64 {
+		until := l.keeper.ValidUntil()
+		if until.IsZero() {
+			return 0
+		}
+		return max(time.Until(until).Seconds(), 0)
+	})
 }
 
 func (l *cpLink) run(ctx context.Context) {

@@ -72,6 +72,13 @@ func (cp *testControlPlane) Heartbeat(_ context.Context, req *batonv1.HeartbeatR
 	return resp, nil
 }
 
+// lastHeartbeat returns the last heartbeat received, nil before the first.
+func (cp *testControlPlane) lastHeartbeat() *batonv1.HeartbeatRequest {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	return cp.last
+}
+
 // reported returns the version and topic drain of the last heartbeat.
 func (cp *testControlPlane) reported(topic string) (uint64, *batonv1.TopicDrain) {
 	cp.mu.Lock()

@@ -187,6 +187,9 @@ type ControlPlane struct {
 
 	byp           *bypass // bypass detection (bypass.go)
 	bypassMetrics *bypassMetrics
+	// cutoverDurations is baton_controlplane_cutover_duration_seconds
+	// (metrics.go).
+	cutoverDurations *prometheus.HistogramVec
 }
 
 type run struct {
@@ -244,6 +247,10 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 	if err != nil {
 		return nil, err
 	}
+	durations, err := newCutoverDurations(cfg.registry)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.xds == nil {
 		cfg.xds = xds.NewServer(xds.WithLogger(cfg.log), xds.WithClock(cfg.now))
 	}
@@ -251,11 +258,13 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 		topics: map[string]*Topic{}, agents: map[string]*Agent{}, dirty: map[string]bool{},
 		runs: map[string]*run{}, changed: make(chan struct{}),
 		guards: map[string]*guardRestore{}, wakeGuards: make(chan struct{}, 1), latency: map[string]pushedLatency{}, proxySpans: map[string]uint64{},
-		recorded: map[string]int64{}, byp: newBypass(), bypassMetrics: bm}
+		recorded: map[string]int64{}, byp: newBypass(), bypassMetrics: bm, cutoverDurations: durations}
 	cp.gateChecks = cp.gates()
 	cp.findings.open, cp.findings.started = map[findingKey]*Finding{}, cp.now()
-	if err := cfg.registry.Register(findingsCollector{cp}); err != nil {
-		return nil, fmt.Errorf("%w: registry: %w", ErrBadConfig, err)
+	for _, c := range []prometheus.Collector{findingsCollector{cp}, stateCollector{cp}} {
+		if err := cfg.registry.Register(c); err != nil {
+			return nil, fmt.Errorf("%w: registry: %w", ErrBadConfig, err)
+		}
 	}
 	cp.ctx, cp.cancel = context.WithCancel(context.Background())
 	version, topics, agents, err := cfg.store.Load(ctx)
@@ -593,6 +602,7 @@ func (cp *ControlPlane) adoptLocked(stored Topic) {
 // event appends e to the log, stamping time; errors are logged.
 func (cp *ControlPlane) event(ctx context.Context, e Event) {
 	e.Time = cp.now()
+	cp.observeCutover(e) // decided whether or not the log takes the event
 	if _, err := cp.store.AppendEvent(context.WithoutCancel(ctx), e); err != nil {
 		cp.log.Error("appending an event", "event", e, "err", err)
 		return

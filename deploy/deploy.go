@@ -1,12 +1,15 @@
-// Package deploy owns Baton's Kubernetes deployment: the Helm chart in
-// helm/baton, the plain manifests rendered from it (manifests/baton.yaml),
-// and Render, which renders the chart offline with Helm's own engine, as
-// `helm template` does, for the tests that lint, decode and start it.
+// Package deploy owns what Baton ships to run it on Kubernetes and watch
+// it: the Helm chart in helm/baton, the plain manifests rendered from it
+// (manifests/baton.yaml), and Render, which renders the chart offline with
+// Helm's own engine, as `helm template` does, for the tests that lint,
+// decode and start it (deploy.go); and the Grafana dashboard
+// (grafana/baton.json) and the Prometheus alert rules
+// (prometheus/baton-rules.yaml), embedded for the tests that check their
+// shape and the metric names their expressions read (monitoring.go).
 package deploy
 
 import (
 	"embed"
-	"errors"
 	"fmt"
 	"io/fs"
 	"maps"
@@ -27,9 +30,6 @@ const ChartDir = "helm/baton"
 
 //go:embed all:helm/baton
 var chartFS embed.FS
-
-// ErrRender is a chart that does not load or render with the values given.
-var ErrRender = errors.New("deploy: render")
 
 // Object is one rendered Kubernetes object.
 type Object struct {
