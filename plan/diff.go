@@ -319,7 +319,11 @@ func (d Diff) Lines() []string {
 	}
 	out = append(out, fmt.Sprintf("= %d unchanged", unchanged))
 	if len(d.Unlisted) > 0 {
-		out = append(out, fmt.Sprintf("  %d managed topics the plan does not name, left as they are: %s", len(d.Unlisted),
+		what := "topic"
+		if len(d.Unlisted) > 1 {
+			what = "topics"
+		}
+		out = append(out, fmt.Sprintf("  %d managed %s the plan does not name, left as they are: %s", len(d.Unlisted), what,
 			strings.Join(d.Unlisted, ", ")))
 	}
 	return out

@@ -41,7 +41,7 @@ func TestComputeDiff(t *testing.T) {
 		{"unchanged", "  - name: a\n    state: proxy\n  - name: b\n    state: complete\n    mode: retriable\n  - name: c\n    state: reject\n    holdMax: 5s\n",
 			[]controlplane.Topic{managedTopic("a", migration.Proxy), managedTopic("b", migration.Complete),
 				managedTopic("c", migration.Reject, func(t *controlplane.Topic) { t.HoldMax = 0 }), managedTopic("other", migration.Proxy)},
-			nil, []string{"= 3 unchanged", "  1 managed topics the plan does not name, left as they are: other"}, false},
+			nil, []string{"= 3 unchanged", "  1 managed topic the plan does not name, left as they are: other"}, false},
 		{"moves", "  - name: a\n    state: reject\n  - name: b\n    state: complete\n  - name: c\n    state: complete\n  - name: d\n    state: complete\n",
 			[]controlplane.Topic{managedTopic("a", migration.Proxy), managedTopic("b", migration.Reject),
 				managedTopic("c", migration.Proxy, func(t *controlplane.Topic) { t.Mode = "retriable"; t.HoldMax = 2 * time.Second }),
