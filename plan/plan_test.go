@@ -2,6 +2,8 @@ package plan
 
 import (
 	"errors"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -136,3 +138,39 @@ func TestDecodeExamplePlan(t *testing.T) {
 }
 
 func on(b *bool) bool { return b != nil && *b }
+
+// yamlComment is a comment of examples/plan.yaml: a whole line, or after
+// blanks (the file has no # inside a value).
+var yamlComment = regexp.MustCompile(`(^|\s+)#.*$`)
+
+// TestKubernetesDocShowsExamplePlan: the plan docs/kubernetes.md shows in
+// its Plan section is examples/plan.yaml without its comments.
+func TestKubernetesDocShowsExamplePlan(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../docs/kubernetes.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "\n## Plan\n")
+	_, block, ok2 := strings.Cut(section, "```yaml\n")
+	block, _, ok3 := strings.Cut(block, "```")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("docs/kubernetes.md has no yaml block in a section ## Plan")
+	}
+	example, err := os.ReadFile("../examples/plan.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stripped strings.Builder
+	for l := range strings.Lines(string(example)) {
+		if l = yamlComment.ReplaceAllString(strings.TrimRight(l, "\n"), ""); l != "" {
+			stripped.WriteString(l + "\n")
+		}
+	}
+	if stripped.String() != block {
+		t.Errorf("docs/kubernetes.md shows\n%s\nexamples/plan.yaml without comments is\n%s", block, stripped.String())
+	}
+	if _, err := Decode("docs/kubernetes.md", []byte(block)); err != nil {
+		t.Error(err)
+	}
+}
