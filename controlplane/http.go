@@ -30,6 +30,7 @@ import (
 //	GET    /v1/workers                    replicator workers: partitions, lease, lag
 //	GET    /v1/events?topic=&after=&follow=1   the audit log (NDJSON when following)
 //	GET    /v1/findings?topic=&kind=      open findings agents report
+//	GET    /v1/clusters, /v1/source-topics  for baton apply (planhttp.go)
 //
 // Errors are {"error": "..."} with 404 (unknown topic), 409 (illegal
 // transition, cutover running, gate refused, topic exists, a removal
@@ -149,6 +150,7 @@ func (cp *ControlPlane) Handler() http.Handler {
 		}
 		writeJSON(w, fs)
 	})
+	cp.handlePlanReads(mux) // planhttp.go
 	if len(cp.cfg.apiTokens) > 0 || len(cp.cfg.apiIDs) > 0 {
 		return withConsole((&apiAuth{tokens: cp.cfg.apiTokens, ids: cp.cfg.apiIDs, log: cp.log}).wrap(mux))
 	}

@@ -22,5 +22,6 @@ cluster with zero downtime, one topic at a time. See README.md and docs/.`,
 	root.AddCommand(newAgentCmd(), newDevCmd(), newDemoCmd(), newReplicatorCmd(), newVerifyCmd(),
 		newControlPlaneCmd(), newTopicCmd(), newEventsCmd(), newAgentsCmd(), newWorkersCmd(),
 		newInjectorCmd())
+	root.AddCommand(newApplyCmd()) // apply.go
 	return root
 }
