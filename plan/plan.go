@@ -250,6 +250,9 @@ type decoder struct {
 const maxErrors = 20
 
 func (d *decoder) fail(n *yaml.Node, path, format string, args ...any) {
+	if path == "" {
+		path = "(plan)"
+	}
 	if len(d.errs) < maxErrors {
 		d.errs = append(d.errs, &FieldError{File: d.file, Line: n.Line, Path: path, Msg: fmt.Sprintf(format, args...), Kind: ErrBadPlan})
 	}

@@ -86,7 +86,7 @@ func TestDecodeRefusesBadPlans(t *testing.T) {
 			[]string{`plan.yaml:12: waves[1].name: wave "w" is already named at line 10 (waves[0].name)`}},
 		{"syntax", header + "topics:\n  - name: [a\n", []string{"plan: bad plan: plan.yaml:6: did not find expected"}},
 		{"empty", "", []string{"plan.yaml:1: (plan): the file is empty"}},
-		{"not a mapping", "- a\n", []string{"plan.yaml:1: : want a mapping of fields"}},
+		{"not a mapping", "- a\n", []string{"plan.yaml:1: (plan): want a mapping of fields"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -59,6 +59,7 @@ func newApplyCmd() *cobra.Command {
 		Long: applyLong, Args: cobra.NoArgs,
 	}
 	api := apiFlags(cmd, &output)
+	cmd.PersistentFlags().Lookup("output").Usage = "text (apply prints text only)"
 	cmd.Flags().StringVarP(&file, "file", "f", "", "the plan (YAML)")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the diff against the control plane and change nothing")
 	cmd.Flags().BoolVar(&wait, "wait", false, "follow each cutover to its outcome before the next; the exit code says it (above)")
