@@ -185,7 +185,8 @@ type ControlPlane struct {
 	watchedRev int64
 	syncWaits  atomic.Int64
 
-	byp           *bypass // bypass detection (bypass.go)
+	byp           *bypass      // bypass detection (bypass.go)
+	rollout       rolloutState // writers per topic and waves run (rollout.go)
 	bypassMetrics *bypassMetrics
 	// cutoverDurations is baton_controlplane_cutover_duration_seconds
 	// (metrics.go).
@@ -891,6 +892,7 @@ func (cp *ControlPlane) Heartbeat(ctx context.Context, req *batonv1.HeartbeatReq
 	}
 	cp.mu.Unlock()
 	cp.noteWrites(now, req, prevExpires)
+	cp.noteWriters(req, now)
 	if fs := req.GetFindings(); len(fs) > 0 {
 		cp.noteFindings(ctx, a.Node, fs, now)
 	}

@@ -151,6 +151,7 @@ func (cp *ControlPlane) Handler() http.Handler {
 		writeJSON(w, fs)
 	})
 	cp.handlePlanReads(mux) // planhttp.go
+	cp.handleRollout(mux)   // rollouthttp.go
 	if len(cp.cfg.apiTokens) > 0 || len(cp.cfg.apiIDs) > 0 {
 		return withConsole((&apiAuth{tokens: cp.cfg.apiTokens, ids: cp.cfg.apiIDs, log: cp.log}).wrap(mux))
 	}
