@@ -235,12 +235,15 @@ type WaveRun struct {
 	Wave
 	// After are the earlier namespaces the request named (beyond the waves
 	// this control plane ran).
-	After     []string   `json:"after,omitempty"`
-	StartedAt time.Time  `json:"startedAt"`
-	Actor     string     `json:"actor"`
-	Moved     []Topic    `json:"moved"`
-	Stayed    []WaveStay `json:"stayed"`
-	Refused   []WaveStay `json:"refused"`
+	After     []string  `json:"after,omitempty"`
+	StartedAt time.Time `json:"startedAt"`
+	Actor     string    `json:"actor"`
+	Moved     []Topic   `json:"moved"`
+	// Started are the topics of Moved whose cutover this request started
+	// (a retry's Moved keeps what the wave's earlier runs moved).
+	Started []string   `json:"started"`
+	Stayed  []WaveStay `json:"stayed"`
+	Refused []WaveStay `json:"refused"`
 	// Earlier are the namespaces of the waves before it, After included.
 	Earlier []string `json:"earlier"`
 }
@@ -397,7 +400,7 @@ func (cp *ControlPlane) RunWave(ctx context.Context, req WaveRequest, actor stri
 		ts = append(ts, WaveTopic{Name: t.Name, State: t.State, Writers: t.Writers})
 	}
 	sel := SelectWave(ts, earlier, w.Namespaces)
-	run := WaveRun{Wave: w, After: req.After, StartedAt: cp.now(), Actor: actor, Moved: []Topic{}, Stayed: sel.Stay,
+	run := WaveRun{Wave: w, After: req.After, StartedAt: cp.now(), Actor: actor, Moved: []Topic{}, Started: []string{}, Stayed: sel.Stay,
 		Refused: []WaveStay{}, Earlier: earlier}
 	if run.Name == "" {
 		run.Name = fmt.Sprintf("wave-%d", len(runs)+1)
@@ -409,6 +412,7 @@ func (cp *ControlPlane) RunWave(ctx context.Context, req WaveRequest, actor stri
 			continue
 		}
 		run.Moved = append(run.Moved, t)
+		run.Started = append(run.Started, t.Name)
 	}
 	if retry != nil {
 		// What the first run moved stays the wave's: its conditions

@@ -185,6 +185,12 @@ func TestReplicasElectOneLeader(t *testing.T) {
 // as a kill would (no last heartbeat).
 func startHAAgent(t *testing.T, ctx context.Context, node string, replicas, src, dst []string, opts ...agent.Opt) (*agent.Agent, func()) {
 	t.Helper()
+	return startAgentIn(t, ctx, node, "team", replicas, src, dst, opts...)
+}
+
+// startAgentIn is startHAAgent with the node metadata's namespace.
+func startAgentIn(t *testing.T, ctx context.Context, node, namespace string, replicas, src, dst []string, opts ...agent.Opt) (*agent.Agent, func()) {
+	t.Helper()
 	log := &testlog.Buffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -198,7 +204,7 @@ func startHAAgent(t *testing.T, ctx context.Context, node string, replicas, src,
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	a, err := agent.New(append([]agent.Opt{agent.Listen("127.0.0.1:0"), agent.Source(src...), agent.Destination(dst...),
-		agent.Logger(slog.New(slog.NewTextHandler(log, nil))), agent.ControlPlane(conn, xds.NodeMeta(node, "team", "app"))}, opts...)...)
+		agent.Logger(slog.New(slog.NewTextHandler(log, nil))), agent.ControlPlane(conn, xds.NodeMeta(node, namespace, "app"))}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +233,13 @@ type haProducer struct {
 
 func startHAProducer(t *testing.T, ctx context.Context, addr string) *haProducer {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.DefaultProduceTopic("orders"), kgo.AllowAutoTopicCreation())
+	return startTopicProducer(t, ctx, addr, "orders")
+}
+
+// startTopicProducer is startHAProducer writing topic.
+func startTopicProducer(t *testing.T, ctx context.Context, addr, topic string) *haProducer {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.DefaultProduceTopic(topic), kgo.AllowAutoTopicCreation())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,13 +335,19 @@ func kfakePair(t *testing.T) (src, dst *embedded.Cluster) {
 // checkOnDestination waits until every acked value is on dst's orders.
 func checkOnDestination(t *testing.T, ctx context.Context, dst []string, acked []string) {
 	t.Helper()
-	cons, err := kgo.NewClient(kgo.SeedBrokers(dst...), kgo.ConsumeTopics("orders"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	checkTopicOn(t, ctx, dst, "orders", acked)
+}
+
+// checkTopicOn is checkOnDestination for topic on cluster.
+func checkTopicOn(t *testing.T, ctx context.Context, cluster []string, topic string, acked []string) {
+	t.Helper()
+	cons, err := kgo.NewClient(kgo.SeedBrokers(cluster...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cons.Close()
 	seen := map[string]bool{}
-	wait.For(t, time.Minute, "every acked record on the destination", func() string {
+	wait.For(t, time.Minute, "every acked record of "+topic+" there", func() string {
 		fctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		cons.PollFetches(fctx).EachRecord(func(r *kgo.Record) { seen[string(r.Value)] = true })

@@ -118,6 +118,8 @@ type cutoverWait struct {
 	json  bool
 	topic string
 	co    controlplane.Cutover
+	// prefix starts each step's line (a wave follows several topics).
+	prefix string
 }
 
 // ours reports whether e is of this attempt: its number and its start (a
@@ -175,7 +177,7 @@ func (w cutoverWait) step(e controlplane.Event) error {
 		return json.NewEncoder(w.out).Encode(e)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%10s  %-22s", fmt.Sprintf("+%.3fs", e.Time.Sub(w.co.StartedAt).Seconds()), e.Kind)
+	fmt.Fprintf(&b, "%s%10s  %-22s", w.prefix, fmt.Sprintf("+%.3fs", e.Time.Sub(w.co.StartedAt).Seconds()), e.Kind)
 	if e.Agent != "" {
 		fmt.Fprintf(&b, " agent=%s", e.Agent)
 	}

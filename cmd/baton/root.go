@@ -22,6 +22,7 @@ cluster with zero downtime, one topic at a time. See README.md and docs/.`,
 	root.AddCommand(newAgentCmd(), newDevCmd(), newDemoCmd(), newReplicatorCmd(), newVerifyCmd(),
 		newControlPlaneCmd(), newTopicCmd(), newEventsCmd(), newAgentsCmd(), newWorkersCmd(),
 		newInjectorCmd())
-	root.AddCommand(newApplyCmd()) // apply.go
+	root.AddCommand(newApplyCmd())   // apply.go
+	root.AddCommand(newRolloutCmd()) // rollout.go
 	return root
 }
