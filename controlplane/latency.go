@@ -3,6 +3,8 @@ package controlplane
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -10,6 +12,7 @@ import (
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/migration"
+	"github.com/baton-kafka/baton/xds"
 )
 
 // Latency emulation's push (docs/design.md §12): every LatencyRefresh tick
@@ -177,6 +180,10 @@ type ShadowChange struct {
 	AuthEnforce *bool `json:"authEnforce,omitempty"`
 	// Headroom: the headroom check (filter/headroom).
 	Headroom *bool `json:"headroom,omitempty"`
+	// Target, when set, replaces the nodes that get the shadow features
+	// (an empty one: every node): a rollout switches them on namespace by
+	// namespace.
+	Target *xds.Target `json:"target,omitempty"`
 }
 
 // SetShadow switches a REJECT or PROXY topic's shadow features, at a new
@@ -206,16 +213,40 @@ func (cp *ControlPlane) SetShadow(ctx context.Context, name string, ch ShadowCha
 	if ch.Headroom != nil {
 		nt.Shadow.Headroom = *ch.Headroom
 	}
-	if nt.Shadow == t.Shadow {
+	if ch.Target != nil {
+		nt.Target = xds.Target{Namespaces: slices.Clone(ch.Target.Namespaces), Workloads: slices.Clone(ch.Target.Workloads)}
+	}
+	if nt.Shadow == t.Shadow && sameTarget(nt.Target, t.Target) {
 		return nt, nil // nothing to change: no new version
 	}
 	if err := cp.commitLocked(ctx, nt, false); err != nil {
 		return Topic{}, err
 	}
 	cp.event(ctx, Event{Topic: name, Kind: EventShadowChanged, Actor: actor, Version: cp.version,
-		Reason: fmt.Sprintf("latency emulation %s, auth check %s, auth enforce %s, headroom %s", onOff(nt.Shadow.LatencyEmulation),
-			onOff(nt.Shadow.AuthCheck), onOff(nt.Shadow.AuthEnforce), onOff(nt.Shadow.Headroom))})
+		Reason: fmt.Sprintf("latency emulation %s, auth check %s, auth enforce %s, headroom %s; for %s", onOff(nt.Shadow.LatencyEmulation),
+			onOff(nt.Shadow.AuthCheck), onOff(nt.Shadow.AuthEnforce), onOff(nt.Shadow.Headroom), targetText(nt.Target))})
 	return *cp.topics[name], nil
+}
+
+// sameTarget reports whether a and b name the same nodes.
+func sameTarget(a, b xds.Target) bool {
+	set := func(s []string) []string { return slices.Compact(slices.Sorted(slices.Values(s))) }
+	return slices.Equal(set(a.Namespaces), set(b.Namespaces)) && slices.Equal(set(a.Workloads), set(b.Workloads))
+}
+
+// targetText is a target as the event log says it.
+func targetText(t xds.Target) string {
+	var parts []string
+	if len(t.Namespaces) > 0 {
+		parts = append(parts, "namespaces "+strings.Join(t.Namespaces, ","))
+	}
+	if len(t.Workloads) > 0 {
+		parts = append(parts, "workloads "+strings.Join(t.Workloads, ","))
+	}
+	if len(parts) == 0 {
+		return "every node"
+	}
+	return strings.Join(parts, ", ")
 }
 
 func onOff(b bool) string {

@@ -15,7 +15,7 @@ import (
 	"github.com/baton-kafka/baton/migration"
 )
 
-// Per-namespace rollout (issue 24): the control plane learns which
+// Per-namespace rollout: the control plane learns which
 // namespaces write each topic from the agents' heartbeats (the source
 // writes they report for bypass detection, agent/writes.go), and runs
 // cutovers in waves of namespaces. A topic has one writing cluster at a

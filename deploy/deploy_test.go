@@ -22,7 +22,7 @@ func TestShippedDashboard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// What issue 24 asks the dashboard to show, by the metric showing it.
+	// What the dashboard must show (docs/operations.md), by the metric showing it.
 	for _, want := range []string{"baton_controlplane_topic_state", "baton_replicator_topic_lag_seconds",
 		"baton_controlplane_cutover_duration_seconds_bucket", "baton_controlplane_agents", "baton_agent_lease_remaining_seconds",
 		"baton_agent_request_bytes_total", "baton_agent_request_duration_seconds_bucket", "baton_agent_headroom_warnings_total",

@@ -232,16 +232,25 @@ func (p *Plan) change(name string, e Entry, cur *controlplane.Topic) (Change, []
 	if s.ForwardDeadline != nil {
 		immutable("forwardDeadline", cur.ForwardDeadline != *s.ForwardDeadline, deadlineText(cur.ForwardDeadline), deadlineText(*s.ForwardDeadline))
 	}
-	if s.Namespaces != nil {
-		immutable("target.namespaces", !sameSet(cur.Target.Namespaces, s.Namespaces), listText(cur.Target.Namespaces), listText(s.Namespaces))
-	}
-	if s.Workloads != nil {
-		immutable("target.workloads", !sameSet(cur.Target.Workloads, s.Workloads), listText(cur.Target.Workloads), listText(s.Workloads))
-	}
 	if len(errs) > 0 {
 		return c, errs
 	}
 	var ch controlplane.ShadowChange
+	// The target is switched with the shadow features (a rollout widens
+	// it namespace by namespace).
+	target := xds.Target{Namespaces: cur.Target.Namespaces, Workloads: cur.Target.Workloads}
+	for _, f := range []struct {
+		name      string
+		want      []string
+		have, set *[]string
+	}{{"target.namespaces", s.Namespaces, &cur.Target.Namespaces, &target.Namespaces},
+		{"target.workloads", s.Workloads, &cur.Target.Workloads, &target.Workloads}} {
+		if f.want != nil && !sameSet(*f.have, f.want) {
+			*f.set = f.want
+			ch.Target = &target
+			c.shadowText = append(c.shadowText, fmt.Sprintf("%s %s -> %s", f.name, listText(*f.have), listText(f.want)))
+		}
+	}
 	for _, sw := range []struct {
 		name string
 		want *bool

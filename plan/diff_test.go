@@ -61,6 +61,10 @@ func TestComputeDiff(t *testing.T) {
 		{"target", "  - name: a\n    state: proxy\n    target: {namespaces: [y, x]}\n",
 			[]controlplane.Topic{managedTopic("a", migration.Proxy, func(t *controlplane.Topic) { t.Target = xds.Target{Namespaces: []string{"x", "y"}} })},
 			nil, []string{"= 1 unchanged"}, false},
+		{"target widened", "  - name: a\n    state: proxy\n    target: {namespaces: [x, y]}\n  - name: b\n    state: reject\n    target: {namespaces: []}\n",
+			[]controlplane.Topic{managedTopic("a", migration.Proxy, func(t *controlplane.Topic) { t.Target = xds.Target{Namespaces: []string{"x"}} }),
+				managedTopic("b", migration.Reject, func(t *controlplane.Topic) { t.Target = xds.Target{Namespaces: []string{"x"}} })},
+			nil, []string{"~ topic a: PROXY (target.namespaces [x] -> [x,y])", "~ topic b: REJECT (target.namespaces [x] -> [] (all))", "= 0 unchanged"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -105,8 +109,6 @@ func TestComputeRefusesConflicts(t *testing.T) {
 			"plan.yaml:9: topics[0].mode: a has mode hold on the control plane, the plan retriable: the API cannot change a managed topic's mode"},
 		{"holdMax from defaults", "defaults:\n  holdMax: 1s\ntopics:\n  - name: a\n    state: reject\n", []controlplane.Topic{managedTopic("a", migration.Reject)}, nil,
 			"plan.yaml:7: defaults.holdMax: a has holdMax 5s on the control plane, the plan 1s"},
-		{"namespaces", "  - name: a\n    state: proxy\n    target: {namespaces: [x]}\n", []controlplane.Topic{managedTopic("a", migration.Proxy)}, nil,
-			"plan.yaml:9: topics[0].target.namespaces: a has target.namespaces [] (all) on the control plane, the plan [x]"},
 		{"two regexes", "  - regex: a.*\n    state: proxy\n  - regex: .*b\n    state: reject\n", nil, []string{"ab"},
 			"plan.yaml:9: topics[1].regex: matches topic ab, which topics[0].regex (line 7) matches too"},
 		{"regex match conflicts", "  - regex: a.*\n    state: reject\n", []controlplane.Topic{managedTopic("ab", migration.Complete)}, nil,

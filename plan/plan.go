@@ -119,8 +119,8 @@ type Entry struct {
 	Pos Pos
 }
 
-// Wave is one item of waves: RESERVED for `baton rollout` (issue 24 item
-// 2), which applies them; `baton apply` decodes and checks them only.
+// Wave is one item of waves: `baton rollout run` runs them in order;
+// `baton apply` decodes and checks them only.
 type Wave struct {
 	Name       string
 	Namespaces []string

@@ -81,7 +81,7 @@ func exported(t *testing.T, urls ...string) map[string]bool {
 	return deploy.SeriesNames(fams)
 }
 
-// TestDashboardsUseExportedMetrics is issue 24's acceptance check of the
+// TestDashboardsUseExportedMetrics is the check of the
 // dashboard and the alert rules: every metric their expressions read is
 // on a running agent's or control plane's /metrics (`baton agent` and
 // `baton controlplane --admin`, processes of their own, on kfake

@@ -34,7 +34,7 @@ var fencePasswords = map[string]string{"admin": "admin-pw", "agent": "agent-pw",
 
 func fenceSASL(user string) plain.Auth { return plain.Auth{User: user, Pass: fencePasswords[user]} }
 
-// TestSourceFenceRealKafka is issue 12's source-fencing acceptance, on
+// TestSourceFenceRealKafka is the source fence's acceptance, on
 // Apache Kafka with StandardAuthorizer on the source. Two control-plane
 // replicas on etcd, started with the default --source-fence=auto, find the
 // authorizer and fence. Two agents produce through PROXY; every replica is

@@ -21,7 +21,7 @@ import (
 	"github.com/baton-kafka/baton/test/kafka"
 )
 
-// TestRolloutTwoNamespacesRealKafka is issue 24's rollout acceptance on
+// TestRolloutTwoNamespacesRealKafka is the rollout's acceptance on
 // real Apache Kafka: agents in namespaces a and b, t-a written only from
 // a, t-b only from b, t-ab from both, producers writing all along. Wave a
 // (baton rollout wave) moves only t-a while t-b and t-ab stay in PROXY;

@@ -86,7 +86,7 @@ func newTopicCmd() *cobra.Command {
 	add.Flags().BoolVar(&headroomOn, "headroom", false,
 		"in PROXY, warn of producers that will not sustain their rate at the destination's measured latency (best with --latency-emulation)")
 
-	var emulation, authCheckSw, authEnforceSw, headroomSw string
+	var emulation, authCheckSw, authEnforceSw, headroomSw, shadowNamespaces, shadowWorkloads string
 	shadow := &cobra.Command{
 		Use: "shadow TOPIC", Short: "Switch a REJECT or PROXY topic's shadow features (latency emulation, auth check, headroom)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -108,8 +108,11 @@ func newTopicCmd() *cobra.Command {
 					return fmt.Errorf("%s: %q is not on or off", sw.flag, sw.v)
 				}
 			}
+			if f := cmd.Flags(); f.Changed("namespaces") || f.Changed("workloads") {
+				ch.Target = &xds.Target{Namespaces: splitList(shadowNamespaces), Workloads: splitList(shadowWorkloads)}
+			}
 			if ch == (controlplane.ShadowChange{}) {
-				return fmt.Errorf("--latency-emulation, --auth-check, --auth-enforce or --headroom: say on or off")
+				return fmt.Errorf("--latency-emulation, --auth-check, --auth-enforce or --headroom: say on or off (or set --namespaces, --workloads)")
 			}
 			cl, err := api()
 			if err != nil {
@@ -126,6 +129,8 @@ func newTopicCmd() *cobra.Command {
 	shadow.Flags().StringVar(&authCheckSw, "auth-check", "", "on or off (off silences a topic's false reports)")
 	shadow.Flags().StringVar(&authEnforceSw, "auth-enforce", "", "on or off")
 	shadow.Flags().StringVar(&headroomSw, "headroom", "", "on or off")
+	shadow.Flags().StringVar(&shadowNamespaces, "namespaces", "", "replace the namespaces that get the shadow features (comma-separated; \"\": all); a rollout widens it wave by wave")
+	shadow.Flags().StringVar(&shadowWorkloads, "workloads", "", "replace the workloads that get the shadow features (comma-separated; \"\": all)")
 
 	list := &cobra.Command{
 		Use: "list", Short: "List managed topics", Args: cobra.NoArgs,

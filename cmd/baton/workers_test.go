@@ -21,7 +21,7 @@ import (
 // a worker.
 var leasedLine = regexp.MustCompile(`msg="partitions leased" .*?worker=(\S+) partitions=(\S+)`)
 
-// TestReplicatorWorkers is issue 12's worker acceptance: two replicator
+// TestReplicatorWorkers is the workers' acceptance: two replicator
 // workers copy a topic a producer keeps writing; one is killed mid-copy and
 // its partitions go to the other within its lease; a third joins and takes
 // its share; a cutover stops the copy on the workers; the copy has offset
