@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -16,13 +17,8 @@ func newDemoCmd() *cobra.Command {
 		Short: "Run two embedded clusters, live producers, migrations and a rollback, with a live view on screen",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg.Topics = cfg.Topics[:0]
-			for _, s := range topics {
-				t, err := demo.ParseTopic(s)
-				if err != nil {
-					return fmt.Errorf("--topics: %w", err)
-				}
-				cfg.Topics = append(cfg.Topics, t)
+			if err := demoFlags(&cfg, topics); err != nil {
+				return err
 			}
 			cfg.Out = cmd.OutOrStdout()
 			return demo.Run(cmd.Context(), cfg)
@@ -41,4 +37,35 @@ func newDemoCmd() *cobra.Command {
 	cmd.Flags().DurationVar(&cfg.CutoverTimeout, "cutover-timeout", def.CutoverTimeout,
 		"the control plane's cutover timeout (the time-lag gate wants a quarter of it)")
 	return cmd
+}
+
+// demoFlags sets cfg.Topics from --topics and refuses a flag out of range,
+// naming it (demo.Run would name the Config field instead).
+func demoFlags(cfg *demo.Config, topics []string) error {
+	cfg.Topics = cfg.Topics[:0]
+	names := map[string]bool{}
+	for _, s := range topics {
+		t, err := demo.ParseTopic(s)
+		if err != nil {
+			return fmt.Errorf("--topics %q: want NAME:PARTITIONS, PARTITIONS >= 1 (orders:6)", s)
+		}
+		if names[t.Name] {
+			return fmt.Errorf("--topics %q: %s twice", s, t.Name)
+		}
+		names[t.Name] = true
+		cfg.Topics = append(cfg.Topics, t)
+	}
+	switch {
+	case len(cfg.Topics) == 0:
+		return errors.New("--topics: none")
+	case cfg.RollBack != "" && !names[cfg.RollBack]:
+		return fmt.Errorf("--rollback %q: not one of --topics", cfg.RollBack)
+	case cfg.Rate < 1:
+		return fmt.Errorf("--rate %d: want >= 1", cfg.Rate)
+	case cfg.Phase <= 0:
+		return fmt.Errorf("--phase %v: want > 0", cfg.Phase)
+	case cfg.CutoverTimeout <= 0:
+		return fmt.Errorf("--cutover-timeout %v: want > 0", cfg.CutoverTimeout)
+	}
+	return nil
 }
