@@ -80,7 +80,7 @@ type Config struct {
 	// Out receives the narration. A terminal (an *os.File that is one)
 	// gets the per-topic view redrawn in place under it; anything else
 	// gets plain lines, the view as one summary line per topic every
-	// second.
+	// second and as each step starts.
 	Out io.Writer
 }
 
@@ -275,6 +275,11 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	if rb := cfg.RollBack; rb != "" {
+		// Paused before it resumed copying, the replication would not
+		// know where it stands, and the gate would refuse the cutover.
+		if err := sh.run(settleTimeout, func() bool { return sh.lagPasses(rb) }); err != nil {
+			return fmt.Errorf("%w: waiting for %s's replication to copy: %w", ErrCutover, rb, err)
+		}
 		if err := repl.Pause(rb); err != nil {
 			return err
 		}
