@@ -66,7 +66,7 @@ func TestWaveRetryKeepsConditions(t *testing.T) {
 	// t-a is not COMPLETE (moved and stuck, or refused by a gate): the
 	// next wave waits.
 	for _, retry := range []Wave{
-		{Name: "first", Namespaces: []string{"a"}},                                  // the same wave, its until left out
+		{Name: "first", Namespaces: []string{"a"}},                                   // the same wave, its until left out
 		{Name: "first", Namespaces: []string{"b"}, Until: WaveUntil{Complete: true}}, // another namespace under its name
 	} {
 		_, _ = p.cp.RunWave(ctx, WaveRequest{Wave: retry}, "test") // refused or a retry; either way:
