@@ -154,9 +154,14 @@ func nsName(ns string) string {
 }
 
 // rolloutState is the writers learnt from heartbeats and the waves run.
-// Its lock is its own; it is never held with cp.mu.
+// Its lock mu is its own; it is never held with cp.mu.
 type rolloutState struct {
-	mu sync.Mutex
+	// runs serialises RunWave: the check of the wave before and the
+	// record of this one are one step, or two waves asked for at once
+	// both pass the check and one record is lost. Held across Migrate
+	// (cp.mu) and mu: neither is ever held when it is taken.
+	runs sync.Mutex
+	mu   sync.Mutex
 	// writes is, per topic, the agents that reported writing it and when
 	// they last did (the control plane's clock).
 	writes map[string]map[string]time.Time
@@ -351,8 +356,10 @@ type WaveRequest struct {
 // Migrate, as `baton topic migrate` does. A migrate refused (a gate, a
 // cutover running) is reported in Refused, the others still start. The
 // wave is recorded, refusals or not: its namespaces count as earlier for
-// the next wave. The last wave asked for again by its name is a retry:
-// it moves what is eligible now, its record keeps what it moved before.
+// the next wave. The last wave asked for again by its name (with the same
+// namespaces and until, else ErrBadConfig) is a retry: it moves what is
+// eligible now, its record keeps what it moved before. Waves run one at a
+// time.
 func (cp *ControlPlane) RunWave(ctx context.Context, req WaveRequest, actor string) (WaveRun, error) {
 	w := req.Wave
 	if len(w.Namespaces) == 0 {
@@ -371,16 +378,32 @@ func (cp *ControlPlane) RunWave(ctx context.Context, req WaveRequest, actor stri
 	if err != nil {
 		return WaveRun{}, err
 	}
+	cp.rollout.runs.Lock()
+	defer cp.rollout.runs.Unlock()
 	cp.rollout.mu.Lock()
 	runs := slices.Clone(cp.rollout.waves)
 	cp.rollout.mu.Unlock()
 	// The last wave asked for again by name is a retry (a migrate of it
 	// refused by a gate, a cutover rolled back): it runs again after the
-	// waves before it, and its record is updated, not added to.
+	// waves before it, and its record is updated, not added to. It is the
+	// same wave: other namespaces or conditions under its name would skip
+	// the conditions it set.
 	var retry *WaveRun
 	if n := len(runs); n > 0 && w.Name != "" && runs[n-1].Name == w.Name {
 		retry = &runs[n-1]
 		runs = runs[:n-1]
+		prev := retry.Wave
+		switch {
+		case !slices.Equal(slices.Compact(slices.Sorted(slices.Values(w.Namespaces))),
+			slices.Compact(slices.Sorted(slices.Values(prev.Namespaces)))):
+			return WaveRun{}, fmt.Errorf("%w: namespaces: wave %s ran with namespaces %s: a retry by its name names the same "+
+				"(a wave of other namespaces needs another name)", ErrBadConfig, prev.Name, strings.Join(prev.Namespaces, ","))
+		case w.Until != prev.Until:
+			return WaveRun{}, fmt.Errorf("%w: until: wave %s ran with until %s: a retry by its name sets the same",
+				ErrBadConfig, prev.Name, untilText(prev.Until))
+		}
+		// The earlier namespaces its first run was told of stay earlier.
+		req.After = slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(retry.After), req.After...))))
 	}
 	if len(runs) > 0 {
 		if unmet := cp.unmetUntil(runs[len(runs)-1]); len(unmet) > 0 {
@@ -429,6 +452,24 @@ func (cp *ControlPlane) RunWave(ctx context.Context, req WaveRequest, actor stri
 	cp.rollout.waves = append(runs, run)
 	cp.rollout.mu.Unlock()
 	return run, nil
+}
+
+// untilText is a wave's conditions as an error says them.
+func untilText(u WaveUntil) string {
+	var s []string
+	if u.Complete {
+		s = append(s, "complete")
+	}
+	if u.NoForgottenProducers {
+		s = append(s, "noForgottenProducers")
+	}
+	if u.Soak > 0 {
+		s = append(s, "soak "+u.Soak.String())
+	}
+	if len(s) == 0 {
+		return "(none)"
+	}
+	return strings.Join(s, ", ")
 }
 
 func waveName(w Wave) string {

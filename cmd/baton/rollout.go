@@ -65,8 +65,8 @@ func newRolloutCmd() *cobra.Command {
 earlier wave's moves (baton topic migrate), and the rest stay, each with why. The
 control plane refuses a wave while the conditions of the wave before it (its
 --complete, --no-forgotten-producers, --soak) do not hold, naming each one unmet.
-Asking for the last wave again by its --name retries it (a migrate refused by a
-gate, a cutover rolled back). The control plane keeps its waves in memory: after it
+Asking for the last wave again by its --name, with the same --namespaces and
+conditions, retries it (a migrate refused by a gate, a cutover rolled back). The control plane keeps its waves in memory: after it
 restarted, name the namespaces of the waves before with --after.
 
 ` + waveExitCodes,
