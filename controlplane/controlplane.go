@@ -61,8 +61,10 @@ type config struct {
 	latencyRefresh time.Duration
 	// forgottenWindow: gates.go.
 	forgottenWindow time.Duration
-	bypassGrace     time.Duration // 0: twice the lease
-	bypassWatch     time.Duration
+	// writerMemory: rollout.go.
+	writerMemory time.Duration
+	bypassGrace  time.Duration // 0: twice the lease
+	bypassWatch  time.Duration
 	// replica and takeover: leader.go.
 	replica    string
 	takeover   time.Duration
@@ -207,7 +209,8 @@ func newConfig(opts []Opt) config {
 		timeout: DefaultCutoverTimeout, poll: DefaultPollInterval, guardResync: DefaultGuardResync, log: slog.Default(), now: time.Now,
 		latencyRefresh: DefaultLatencyRefresh,
 		bypassWatch:    DefaultBypassWatch, bypassPoll: DefaultBypassPoll, forgottenWindow: DefaultForgottenProducerWindow,
-		txnWindow: DefaultTransactionalProducerWindow}
+		writerMemory: DefaultRolloutWriterMemory,
+		txnWindow:    DefaultTransactionalProducerWindow}
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
@@ -230,6 +233,8 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 		return nil, fmt.Errorf("%w: want 0 < forward deadline (%v) < lease (%v)", ErrBadConfig, cfg.forward, cfg.lease)
 	case cfg.timeout <= 0 || cfg.poll <= 0 || cfg.guardResync <= 0:
 		return nil, fmt.Errorf("%w: cutover timeout, poll interval and guard resync must be positive", ErrBadConfig)
+	case cfg.writerMemory < 0:
+		return nil, fmt.Errorf("%w: rollout writer memory %v is negative", ErrBadConfig, cfg.writerMemory)
 	case cfg.forgottenWindow < 0:
 		return nil, fmt.Errorf("%w: forgotten producer window %v is negative (0 turns the gate off)", ErrBadConfig, cfg.forgottenWindow)
 	case cfg.txnWindow < 0:

@@ -27,6 +27,18 @@ import (
 // heartbeat that carries a write after a restart, and the waves run are
 // forgotten (a wave request names earlier namespaces with After then).
 
+// DefaultRolloutWriterMemory is how long an agent counts as a writer of a
+// topic after its last reported write of it, lease or not: an agent
+// restarting, cut off a while, or not yet heard from by a new leader still
+// holds its topics back from a wave that does not include its namespace.
+const DefaultRolloutWriterMemory = time.Hour
+
+// RolloutWriterMemory sets how long an agent counts as a writer of a topic
+// after its last reported write of it (default DefaultRolloutWriterMemory);
+// while it holds its lease it counts regardless. The memory is the
+// control plane's own: it starts over at a restart.
+func RolloutWriterMemory(d time.Duration) Opt { return optFunc(func(c *config) { c.writerMemory = d }) }
+
 // ErrWaveRefused: a wave asked for before the conditions of the wave
 // before it hold (WaveUntil); the message names each one unmet. It is
 // declared here, not in state.go's block, to keep the rollout in its own
@@ -225,8 +237,9 @@ type RolloutBypass struct {
 type RolloutTopic struct {
 	Name  string          `json:"name"`
 	State migration.State `json:"state"`
-	// Writers are the namespaces of the agents that write it and hold a
-	// lease; Workloads "namespace/workload" of the same agents.
+	// Writers are the namespaces of the agents that write it (holding a
+	// lease, or within the writer memory of their last write of it);
+	// Workloads "namespace/workload" of the same agents.
 	Writers   []string `json:"writers"`
 	Workloads []string `json:"workloads"`
 	// Bypass is set when a producer wrote its source around the agents
@@ -267,7 +280,8 @@ type Rollout struct {
 
 // Rollout returns, per namespace, its agents and the topics written from
 // it, and per topic its writers: an agent counts as a writer of a topic
-// once it reported writing it, while it holds its lease.
+// once it reported writing it, while it holds its lease and for the writer
+// memory (RolloutWriterMemory) after its last write of it.
 func (cp *ControlPlane) Rollout() Rollout {
 	now := cp.now()
 	cp.mu.Lock()
@@ -287,9 +301,9 @@ func (cp *ControlPlane) Rollout() Rollout {
 	wrote := map[string][]string{} // node -> topics
 	writers := map[string][]string{}
 	for topic, nodes := range rs.writes {
-		for node := range nodes {
+		for node, at := range nodes {
 			a, ok := agents[node]
-			if !ok || !now.Before(a.ExpiresAt) {
+			if !ok || (!now.Before(a.ExpiresAt) && now.Sub(at) > cp.cfg.writerMemory) {
 				continue
 			}
 			wrote[node] = append(wrote[node], topic)
@@ -476,51 +490,60 @@ func waveName(w Wave) string {
 	return fmt.Sprintf("%s: namespaces %s", w.Name, strings.Join(w.Namespaces, ","))
 }
 
-// unmetUntil is what of run's conditions does not hold now.
+// unmetUntil is what of run's conditions does not hold now. A topic the
+// wave's migrate was refused for counts as the wave's once COMPLETE (it
+// was migrated by hand); until then it holds complete and soak.
 func (cp *ControlPlane) unmetUntil(run WaveRun) []string {
+	now := cp.now()
 	var unmet []string
-	for _, m := range run.Moved {
-		if run.Until.Complete {
-			t, err := cp.Topic(m.Name)
-			switch {
-			case err != nil:
-				unmet = append(unmet, fmt.Sprintf("%s is no longer managed, want COMPLETE", m.Name))
-			case t.State != migration.Complete:
-				unmet = append(unmet, fmt.Sprintf("%s is %s, want COMPLETE", m.Name, t.State))
-			}
-		}
-		if run.Until.NoForgottenProducers {
-			if at, what, ok := cp.LastBypass(m.Name); ok && !at.Before(run.StartedAt) {
-				unmet = append(unmet, fmt.Sprintf("%s: a producer wrote its source around the agents at %s: %s",
-					m.Name, at.Format(time.RFC3339), what))
-			}
-		}
+	var last time.Time // the last of the wave's topics to complete
+	names := namesOf(run.Moved)
+	for _, r := range run.Refused {
+		names = append(names, r.Topic)
 	}
-	if run.Until.Soak > 0 && len(unmet) == 0 {
-		var last time.Time
-		complete := true
-		for _, m := range run.Moved {
-			t, err := cp.Topic(m.Name)
-			if err != nil || t.State != migration.Complete {
-				complete = false
-				unmet = append(unmet, fmt.Sprintf("%s is not COMPLETE: the soak of %v counts from COMPLETE", m.Name, run.Until.Soak))
-				continue
-			}
+	for i, name := range names {
+		refused := i >= len(run.Moved)
+		t, err := cp.Topic(name)
+		complete := err == nil && t.State == migration.Complete
+		if complete {
 			last = later(last, t.CompletedAt)
 		}
-		if complete {
-			if left := last.Add(run.Until.Soak).Sub(cp.now()); left > 0 {
-				unmet = append(unmet, fmt.Sprintf("soaking: %v of %v left (its last topic completed at %s)",
-					left.Round(time.Second), run.Until.Soak, last.Format(time.RFC3339)))
+		switch {
+		case !run.Until.Complete && run.Until.Soak == 0:
+		case complete:
+		case refused:
+			unmet = append(unmet, fmt.Sprintf("%s was refused its migrate (%s), want COMPLETE", name, run.Refused[i-len(run.Moved)].Reason))
+		case err != nil:
+			unmet = append(unmet, fmt.Sprintf("%s is no longer managed, want COMPLETE", name))
+		default:
+			unmet = append(unmet, fmt.Sprintf("%s is %s, want COMPLETE", name, t.State))
+		}
+		// A bypass holds the next wave while the forgotten-producer gate
+		// would refuse the topic's cutover for it: within its window.
+		if run.Until.NoForgottenProducers && !refused {
+			if at, what, ok := cp.LastBypass(name); ok && !at.Before(run.StartedAt) &&
+				(cp.cfg.forgottenWindow == 0 || now.Sub(at) <= cp.cfg.forgottenWindow) {
+				unmet = append(unmet, fmt.Sprintf("%s: a producer wrote its source around the agents at %s: %s",
+					name, at.Format(time.RFC3339), what))
 			}
 		}
 	}
-	for _, r := range run.Refused {
-		if run.Until.Complete || run.Until.Soak > 0 {
-			unmet = append(unmet, fmt.Sprintf("%s was refused its migrate (%s), want COMPLETE", r.Topic, r.Reason))
+	if run.Until.Soak > 0 && len(unmet) == 0 && len(names) > 0 {
+		if left := last.Add(run.Until.Soak).Sub(now); left > 0 {
+			unmet = append(unmet, fmt.Sprintf("soaking: %v of %v left (its last topic completed at %s)",
+				left.Round(time.Second), run.Until.Soak, last.Format(time.RFC3339)))
 		}
 	}
 	return unmet
+}
+
+// namesOf is the names of ts.
+func namesOf(ts []Topic) []string {
+	out := make([]string, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, t.Name)
+	}
+	return out
 }
 
 // later is the later of a and b.

@@ -126,7 +126,8 @@ func beat(t *testing.T, ctx context.Context, cp *ControlPlane, node, namespace s
 
 // TestRolloutWriters: the control plane learns each topic's writer
 // namespaces from the agents' heartbeats (an agent that only routes a
-// topic is no writer; one whose lease ran out no longer counts), shows
+// topic is no writer; one whose lease and writer memory ran out no longer
+// counts), shows
 // them per namespace and per topic (Rollout), runs a wave through Migrate,
 // refuses bad waves naming the field, and refuses the next wave while the
 // wave before it set complete and its topic is not COMPLETE.
@@ -138,7 +139,7 @@ func TestRolloutWriters(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	k := startKafka(t, ctx)
-	p := startPlane(t, ctx, t.TempDir(), "", k)
+	p := startPlane(t, ctx, t.TempDir(), "", k, RolloutWriterMemory(tLease))
 	for _, topic := range []string{"t-a", "t-b", "t-ab", "t-none"} {
 		k.produce(t, ctx, topic, 1)
 		if _, err := p.cp.AddTopic(ctx, TopicSpec{Name: topic}, "test"); err != nil {
@@ -212,7 +213,7 @@ func TestRolloutWriters(t *testing.T) {
 	}
 
 	b1.stop()
-	wait.For(t, time.Minute, "b1's writes forgotten once its lease ran out", func() string {
+	wait.For(t, time.Minute, "b1's writes forgotten once its lease and the writer memory ran out", func() string {
 		if got := writers(p.cp.Rollout()); got["t-b"] != "" || got["t-ab"] != "a" {
 			return fmt.Sprintf("writers %v", got)
 		}
@@ -361,5 +362,54 @@ func TestShadowTargetWidens(t *testing.T) {
 	again, err := p.cp.SetShadow(ctx, "orders", ShadowChange{Target: &xds.Target{Namespaces: []string{"b", "a"}}}, "test")
 	if err != nil || again.Version != tp.Version {
 		t.Errorf("the same target again: version %d, %v; want no new version (%d)", again.Version, err, tp.Version)
+	}
+}
+
+// TestWriterMemoryOutlivesLease: an agent whose lease ran out still counts
+// as a writer of what it wrote for the writer memory after its last write
+// (a wave of other namespaces must not move the topic under it), then no
+// longer (the control plane's clock, moved on by the test).
+func TestWriterMemoryOutlivesLease(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts kfake clusters and embedded etcd")
+	}
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var skew atomic.Int64
+	k := startKafka(t, ctx)
+	p := startPlane(t, ctx, t.TempDir(), "", k, RolloutWriterMemory(time.Hour),
+		Clock(func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }))
+	k.produce(t, ctx, "t-x", 1)
+	if _, err := p.cp.AddTopic(ctx, TopicSpec{Name: "t-x"}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	writersOf := func() string {
+		for _, rt := range p.cp.Rollout().Topics {
+			if rt.Name == "t-x" {
+				return strings.Join(rt.Writers, ",")
+			}
+		}
+		return "t-x not shown"
+	}
+	b1 := beat(t, ctx, p.cp, "b1", "b", false, "t-x")
+	wait.For(t, time.Minute, "t-x written from b", func() string {
+		if got := writersOf(); got != "b" {
+			return "writers " + got
+		}
+		return ""
+	})
+	b1.stop()
+	skew.Store(int64(10 * time.Minute)) // b1's lease long over
+	if got := writersOf(); got != "b" {
+		t.Errorf("10 minutes after b1's last write, lease over: writers %q, want b", got)
+	}
+	if run, err := p.cp.RunWave(ctx, WaveRequest{Wave: Wave{Name: "a", Namespaces: []string{"a"}}}, "test"); err != nil ||
+		len(run.Moved)+len(run.Refused) != 0 {
+		t.Errorf("wave a moved %v (refused %v), %v; want t-x held back by b's write", namesOfTopics(run.Moved), run.Refused, err)
+	}
+	skew.Store(int64(2 * time.Hour))
+	if got := writersOf(); got != "" {
+		t.Errorf("2 hours after b1's last write: writers %q, want none", got)
 	}
 }

@@ -20,7 +20,7 @@ const rolloutLong = `Roll a migration out namespace by namespace (docs/kubernete
 
 The control plane learns which namespaces write each topic from the agents'
 heartbeats (an agent reports the topics it wrote to the source; it counts as a
-writer while it holds its lease). A wave names namespaces and moves every PROXY
+writer while it holds its lease and for an hour after its last write). A wave names namespaces and moves every PROXY
 topic whose writers all run in them or in an earlier wave's: a topic written
 from a and b moves with the later of the two waves. A topic no agent reported
 writing moves with no wave (migrate it by name).`
