@@ -194,7 +194,7 @@ func TestRolloutWriters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	moved := append(namesOfTopics(run.Moved), stayedTopics(run.Refused)...)
+	moved := append(namesOf(run.Moved), stayedTopics(run.Refused)...)
 	if !slices.Equal(moved, []string{"t-a"}) || !slices.Equal(stayedTopics(run.Stayed), []string{"t-ab", "t-b", "t-none"}) {
 		t.Fatalf("wave a: moved %v, refused %v, stayed %v; want t-a moved (or refused by a gate), the others stayed",
 			run.Moved, run.Refused, run.Stayed)
@@ -221,13 +221,6 @@ func TestRolloutWriters(t *testing.T) {
 	})
 }
 
-func namesOfTopics(ts []Topic) []string {
-	out := []string{}
-	for _, t := range ts {
-		out = append(out, t.Name)
-	}
-	return out
-}
 
 func stayedTopics(ss []WaveStay) []string {
 	out := []string{}
@@ -291,7 +284,7 @@ func TestWaveSoak(t *testing.T) {
 	w1 := WaveRequest{Wave: Wave{Name: "w1", Namespaces: []string{"a"}, Until: WaveUntil{Soak: time.Hour}}}
 	wait.For(t, time.Minute, "wave a moves t-s", func() string {
 		run, err := p.cp.RunWave(ctx, w1, "test")
-		if err != nil || !slices.Equal(namesOfTopics(run.Moved), []string{"t-s"}) {
+		if err != nil || !slices.Equal(namesOf(run.Moved), []string{"t-s"}) {
 			return fmt.Sprintf("wave a: %+v, %v", run, err)
 		}
 		return ""
@@ -406,7 +399,7 @@ func TestWriterMemoryOutlivesLease(t *testing.T) {
 	}
 	if run, err := p.cp.RunWave(ctx, WaveRequest{Wave: Wave{Name: "a", Namespaces: []string{"a"}}}, "test"); err != nil ||
 		len(run.Moved)+len(run.Refused) != 0 {
-		t.Errorf("wave a moved %v (refused %v), %v; want t-x held back by b's write", namesOfTopics(run.Moved), run.Refused, err)
+		t.Errorf("wave a moved %v (refused %v), %v; want t-x held back by b's write", namesOf(run.Moved), run.Refused, err)
 	}
 	skew.Store(int64(2 * time.Hour))
 	if got := writersOf(); got != "" {
