@@ -221,7 +221,6 @@ func TestRolloutWriters(t *testing.T) {
 	})
 }
 
-
 func stayedTopics(ss []WaveStay) []string {
 	out := []string{}
 	for _, s := range ss {
