@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -86,6 +88,9 @@ type crcRecorder struct {
 	mu  sync.Mutex
 	got map[string]map[int32]map[uint32]*crcCount
 	bad map[string][]string // topic -> malformed batches
+	// codes counts the agent's answers per topic, partition and error
+	// code: what a client that gave up on a partition was told.
+	codes map[string]map[int32]map[int16]int
 }
 
 // crcCount is what happened to one batch (by CRC) of one partition.
@@ -95,7 +100,8 @@ type crcCount struct {
 }
 
 func newCRCRecorder() *crcRecorder {
-	return &crcRecorder{got: map[string]map[int32]map[uint32]*crcCount{}, bad: map[string][]string{}}
+	return &crcRecorder{got: map[string]map[int32]map[uint32]*crcCount{}, bad: map[string][]string{},
+		codes: map[string]map[int32]map[int16]int{}}
 }
 
 var _ filter.Factory = (*crcRecorder)(nil)
@@ -158,7 +164,49 @@ func (r *crcRecorder) answered(pr *kmsg.ProduceRequest, resp *kmsg.ProduceRespon
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	for _, t := range resp.Topics {
+		ps := r.codes[t.Topic]
+		if ps == nil {
+			ps = map[int32]map[int16]int{}
+			r.codes[t.Topic] = ps
+		}
+		for _, p := range t.Partitions {
+			if ps[p.Partition] == nil {
+				ps[p.Partition] = map[int16]int{}
+			}
+			ps[p.Partition][p.ErrorCode]++
+		}
+	}
 	r.each(pr, func(topic string, p int32) bool { return ok[tp{topic, p}] }, func(c *crcCount) { c.acked++ })
+}
+
+// answers says how the agent answered each partition of topic, by error
+// code: "partition 0: 812 ok, 3 NOT_LEADER_OR_FOLLOWER; ...".
+func (r *crcRecorder) answers(topic string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var b strings.Builder
+	for _, p := range slices.Sorted(maps.Keys(r.codes[topic])) {
+		if b.Len() > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "partition %d:", p)
+		codes := r.codes[topic][p]
+		for i, c := range slices.Sorted(maps.Keys(codes)) {
+			name := "ok"
+			if err := kerr.ErrorForCode(c); err != nil {
+				name = err.Error()
+			}
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, " %d %s", codes[c], name)
+		}
+	}
+	if b.Len() == 0 {
+		return "no produce answered"
+	}
+	return b.String()
 }
 
 type tp struct {

@@ -100,7 +100,8 @@ func TestLeaderMoves(t *testing.T) {
 			}
 			for i, p := range producers {
 				if err := clients.Verify(ctx, e.source, topic, acks[i], cfgs[i]); err != nil {
-					t.Errorf("%s through the agent while leaders moved: %v", p.Name(), err)
+					t.Errorf("%s through the agent while leaders moved: %v; the agent answered the topic's produce requests (all clients): %s",
+						p.Name(), err, ingress.answers(topic))
 					continue
 				}
 				// While it ran: from the Produce call, which starts feeding
