@@ -1,0 +1,5 @@
+//go:build !race
+
+package cutover
+
+const raceEnabled = false
