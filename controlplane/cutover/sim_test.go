@@ -3,7 +3,7 @@ package cutover
 import (
 	"errors"
 	"fmt"
-		"math"
+	"math"
 	"math/rand/v2"
 	"os"
 	"runtime"
