@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/controlplane/cutover"
 	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/xds"
 )
@@ -302,14 +303,13 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 	start := cp.now()
 	for _, a := range agents {
 		a.Report = nil
-		// Grants given after the last flush were not stored: until proven
-		// otherwise every known agent may have been granted a lease at
-		// any moment up to now. That includes an agent stored with no
-		// grant: it is stored at its first heartbeat, usually refused (it
-		// had not applied the routes yet), and the grants that followed
-		// may all have been after the last flush.
-		if at := start.Add(cfg.takeover); a.GrantedAt.Before(at) {
-			a.GrantedAt, a.ExpiresAt = at, at.Add(cfg.lease)
+		// Grants given after the last flush were not stored. That includes
+		// an agent stored with no grant: it is stored at its first
+		// heartbeat, usually refused (it had not applied the routes yet),
+		// and the grants that followed may all have been after the last
+		// flush.
+		if at, exp, raised := cutover.TakeoverGrant(start, cfg.takeover, cfg.lease, a.GrantedAt); raised {
+			a.GrantedAt, a.ExpiresAt = at, exp
 		}
 		cp.agents[a.Node] = &a
 	}
@@ -346,7 +346,7 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 			co = *t.Cutover
 		}
 		// COMPLETE only before the deadline, as the cutover itself would.
-		if co.Step == StepDone && cp.now().Before(co.Deadline) {
+		if cutover.Recover(cp.now(), co.Step, co.Deadline) {
 			if err := cp.resume(ctx, t.Name, co); err != nil {
 				cp.Close()
 				return nil, err
@@ -821,7 +821,7 @@ func (cp *ControlPlane) setState(ctx context.Context, name string, to migration.
 	if _, running := cp.runs[name]; running || from == migration.Migrating {
 		step := ""
 		if t.Cutover != nil {
-			step = ", step " + t.Cutover.Step
+			step = ", step " + string(t.Cutover.Step)
 		}
 		return Topic{}, fmt.Errorf("%w: %s is MIGRATING (attempt %d%s): the cutover ends in COMPLETE, or rolled back in PROXY; "+
 			"to end it now: baton topic abort %s", ErrCutoverRunning, name, t.Attempts, step, name)
@@ -879,14 +879,11 @@ func (cp *ControlPlane) Heartbeat(ctx context.Context, req *batonv1.HeartbeatReq
 	a.Topics, a.Replica = drainReports(req.GetTopics()), cp.cfg.replica
 	resp := &batonv1.HeartbeatResponse{Lease: durationpb.New(cp.cfg.lease), RequiredVersion: cp.version,
 		ForwardDeadline: durationpb.New(cp.cfg.forward), ServerTime: timestamppb.New(now)}
-	if req.GetAckedVersion() < cp.version {
-		a.Refused = fmt.Sprintf("acked version %d is below the current config version %d: apply it first", req.GetAckedVersion(), cp.version)
-		resp.Reason = a.Refused
+	// Never counted earlier than a grant counted at a takeover (New).
+	if l := cutover.GrantLease(now, cp.cfg.lease, req.GetAckedVersion(), cp.version, a.GrantedAt); !l.Granted {
+		a.Refused, resp.Reason = l.Refused, l.Refused
 	} else {
-		a.Refused = ""
-		// Never earlier than a grant counted at a takeover (New).
-		a.GrantedAt = maxTime(a.GrantedAt, now)
-		a.ExpiresAt = a.GrantedAt.Add(cp.cfg.lease)
+		a.Refused, a.GrantedAt, a.ExpiresAt = "", l.GrantedAt, l.ExpiresAt
 		resp.Granted, resp.GrantedAt, resp.ExpiresAt = true, timestamppb.New(now), timestamppb.New(a.ExpiresAt)
 	}
 	close(cp.changed)

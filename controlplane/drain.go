@@ -1,6 +1,9 @@
 package controlplane
 
-import batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+import (
+	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/controlplane/cutover"
+)
 
 // noteIncarnation takes the process id (incarnation) a report of a came
 // with. A different one than the last means the agent was restarted: the
@@ -48,25 +51,20 @@ func drainReports(ds []*batonv1.TopicDrain) map[string]TopicDrain {
 
 // ackedAbove returns, per partition of topic, the largest acked end the
 // agents reported that lies above ends, and which agent reported it.
-func (cp *ControlPlane) ackedAbove(topic string, ends map[int32]int64) map[int32]ackedEnd {
+func (cp *ControlPlane) ackedAbove(topic string, ends map[int32]int64) map[int32]cutover.AckedEnd {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
-	var out map[int32]ackedEnd
+	var out map[int32]cutover.AckedEnd
 	for _, a := range cp.agents {
 		for p, end := range a.Topics[topic].AckedEnds {
-			if end <= ends[p] || end <= out[p].end {
+			if end <= ends[p] || end <= out[p].End {
 				continue
 			}
 			if out == nil {
-				out = map[int32]ackedEnd{}
+				out = map[int32]cutover.AckedEnd{}
 			}
-			out[p] = ackedEnd{end, a.Node}
+			out[p] = cutover.AckedEnd{End: end, Node: a.Node}
 		}
 	}
 	return out
-}
-
-type ackedEnd struct {
-	end  int64
-	node string
 }

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/controlplane/cutover"
 	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/xds"
 )
@@ -225,10 +226,11 @@ func (f *Follower) Heartbeat(ctx context.Context, req *batonv1.HeartbeatRequest)
 		}
 		return resp, nil
 	}
-	if req.GetAckedVersion() < version {
-		return refuse(fmt.Sprintf("acked version %d is below the current config version %d: apply it first", req.GetAckedVersion(), version))
+	l := cutover.GrantLease(now, f.cfg.lease, req.GetAckedVersion(), version, time.Time{})
+	if !l.Granted {
+		return refuse(l.Refused)
 	}
-	rec.GrantedAt, rec.ExpiresAt = now, now.Add(f.cfg.lease)
+	rec.GrantedAt, rec.ExpiresAt = l.GrantedAt, l.ExpiresAt
 	switch err := f.record(ctx, rec, true, version); {
 	case errors.Is(err, ErrVersionMoved):
 		resp.RequiredVersion = version + 1

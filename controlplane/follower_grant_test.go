@@ -131,8 +131,8 @@ func TestFollowerGrantLostBehindLaterRecord(t *testing.T) {
 			}
 			return true
 		}
-		for _, w := range p.cp.pendingAgents("t", co.Version).waiting {
-			if w.node == "n" {
+		for _, w := range p.cp.pendingAgents("t", co.Version).Waiting {
+			if w.Node == "n" {
 				return true
 			}
 		}

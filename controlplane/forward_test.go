@@ -6,6 +6,7 @@ import (
 	"time"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/controlplane/cutover"
 )
 
 // A silent agent is safe only after its lease grant + lease + F, with F the
@@ -37,9 +38,9 @@ func TestSilentAgentWaitUsesTheTopicsForwardDeadline(t *testing.T) {
 				agents: map[string]*Agent{"a": {Node: "a", GrantedAt: granted}},
 			}
 			p := cp.pendingAgents("t", 2)
-			if safe := len(p.expired) == 1; safe != tc.wantSafe {
+			if safe := len(p.Expired) == 1; safe != tc.wantSafe {
 				t.Fatalf("agent counted safe=%v at grant+%v (expired %v, waiting %v), want %v",
-					safe, tc.at, p.expired, p.waiting, tc.wantSafe)
+					safe, tc.at, p.Expired, p.Waiting, tc.wantSafe)
 			}
 		})
 	}
@@ -81,9 +82,9 @@ func TestRestartCountsEveryKnownAgentAsGranted(t *testing.T) {
 	cp = open()
 	defer cp.Close()
 	p := cp.pendingAgents("t", cp.Version()+1)
-	if len(p.waiting) != 1 || p.waiting[0].node != "a" {
+	if len(p.Waiting) != 1 || p.Waiting[0].Node != "a" {
 		t.Fatalf("after the restart agent a is waiting=%v drained=%v expired=%v; want it waited for (it may still forward)",
-			p.waiting, p.drained, p.expired)
+			p.Waiting, p.Drained, p.Expired)
 	}
 }
 
@@ -143,19 +144,19 @@ func TestRestartedAgentWaitsForItsEarlierProcess(t *testing.T) {
 			cp.version = v
 			cp.mu.Unlock()
 			beat(tc.second, v, true) // the process after the restart: drained
-			at := func(d time.Duration) pending {
+			at := func(d time.Duration) cutover.Pending {
 				now = start.Add(d)
 				return cp.pendingAgents("t", v)
 			}
-			waited := len(at(time.Second).waiting) == 1
+			waited := len(at(time.Second).Waiting) == 1
 			if waited != tc.wantWait {
 				t.Fatalf("right after the restart: waiting=%v, want %v (%+v)", waited, tc.wantWait, at(time.Second))
 			}
 			if tc.wantWait {
-				if p := at(lease + forward - time.Millisecond); len(p.waiting) != 1 {
+				if p := at(lease + forward - time.Millisecond); len(p.Waiting) != 1 {
 					t.Fatalf("just before the earlier grant + lease + F: %+v, want the agent waited for", p)
 				}
-				if p := at(lease + forward); len(p.drained) != 1 {
+				if p := at(lease + forward); len(p.Drained) != 1 {
 					t.Fatalf("at the earlier grant + lease + F: %+v, want the agent drained", p)
 				}
 			}

@@ -55,7 +55,7 @@ func FuzzHeartbeat(f *testing.F) {
 			t.Fatal(err)
 		}
 		for _, topic := range topics {
-			if !slices.Contains(cp.pendingAgents(topic, 0).drained, "fuzz") {
+			if !slices.Contains(cp.pendingAgents(topic, 0).Drained, "fuzz") {
 				continue
 			}
 			seen := false

@@ -182,19 +182,6 @@ func (a *ReplicatorAdapter) SourceEndOffsets(ctx context.Context, topic string) 
 	return sourceEndOffsets(ctx, a.Source, topic)
 }
 
-// reached reports whether progress covers every end offset, and names the
-// first partition behind.
-func reached(progress, ends map[int32]int64) (bool, string) {
-	for p, end := range ends {
-		if end == 0 {
-			continue
-		}
-		if next, ok := progress[p]; !ok || next < end {
-			return false, fmt.Sprintf("partition %d at %d of %d", p, next, end)
-		}
-	}
-	return true, ""
-}
 
 // WriteGuard keeps writers other than the replicator off D.T until COMPLETE
 // (docs/design.md §11).

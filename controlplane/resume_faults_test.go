@@ -13,14 +13,15 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/controlplane/cutover"
 	"github.com/baton-kafka/baton/migration"
 )
 
 // stepDoneFaults is a Store whose writes of a topic's COMPLETE and PROXY
-// fail once the cutover stored StepDone (etcd unavailable for a moment).
+// fail once the cutover stored cutover.StepDone (etcd unavailable for a moment).
 // With applyProxy, a PROXY write is applied and answered with an error
 // anyway (etcd applied a request the client gave up on, as store.go's
-// AppendEvent describes). atStepDone runs once, right after StepDone is
+// AppendEvent describes). atStepDone runs once, right after cutover.StepDone is
 // stored.
 type stepDoneFaults struct {
 	Store
@@ -42,7 +43,7 @@ func (s *stepDoneFaults) PutTopic(ctx context.Context, t Topic, version uint64) 
 		return err
 	}
 	err := s.Store.PutTopic(ctx, t, version)
-	if err == nil && t.State == migration.Migrating && t.Cutover != nil && t.Cutover.Step == StepDone {
+	if err == nil && t.State == migration.Migrating && t.Cutover != nil && t.Cutover.Step == cutover.StepDone {
 		s.mu.Lock()
 		first := !s.stepDone
 		s.stepDone = true
@@ -65,7 +66,7 @@ func (s *stepDoneFaults) PutTopicUndecided(ctx context.Context, t Topic, version
 	return s.Store.PutTopicUndecided(ctx, t, version, attempt, decide)
 }
 
-// fault fails a write of COMPLETE or PROXY once StepDone is stored,
+// fault fails a write of COMPLETE or PROXY once cutover.StepDone is stored,
 // applying it first (apply) where the test says so; faulty reports whether
 // it did.
 func (s *stepDoneFaults) fault(t Topic, apply func() error) (err error, faulty bool) {
@@ -118,7 +119,7 @@ func resumeOpts(k *kafkaEnv, s Store, extra ...Opt) []Opt {
 }
 
 // runStepDone starts a control plane on faults, and a cutover of topic
-// that stores StepDone and then ends, its rollback's PROXY write failed.
+// that stores cutover.StepDone and then ends, its rollback's PROXY write failed.
 func runStepDone(t *testing.T, ctx context.Context, k *kafkaEnv, faults *stepDoneFaults, topic string, extra ...Opt) *ControlPlane {
 	t.Helper()
 	first, err := New(ctx, resumeOpts(k, faults, extra...)...)
@@ -146,7 +147,7 @@ func runStepDone(t *testing.T, ctx context.Context, k *kafkaEnv, faults *stepDon
 	return first
 }
 
-// TestResumeCompletesACutoverThatTimedOut: a cutover stores StepDone; then
+// TestResumeCompletesACutoverThatTimedOut: a cutover stores cutover.StepDone; then
 // its deadline passes before COMPLETE is stored, so it times out (event
 // timed_out) and rolls back. The rollback's PROXY write fails (etcd down
 // for a moment); the topic stays MIGRATING "until the next start" (the
@@ -169,7 +170,7 @@ func TestResumeCompletesACutoverThatTimedOut(t *testing.T) {
 	t.Cleanup(func() { _ = st.Close() })
 	clock := &offsetClock{}
 	faults := &stepDoneFaults{Store: st, proxyFailed: make(chan struct{}),
-		atStepDone: func() { clock.off.Store(int64(2 * tTimeout)) }} // the deadline passes right after StepDone
+		atStepDone: func() { clock.off.Store(int64(2 * tTimeout)) }} // the deadline passes right after cutover.StepDone
 	first := runStepDone(t, ctx, k, faults, "late", Clock(clock.now))
 	p := &plane{cp: first}
 	if !slices.Contains(kinds(t, ctx, p, "late"), EventTimedOut) {
@@ -190,13 +191,13 @@ func TestResumeCompletesACutoverThatTimedOut(t *testing.T) {
 	}
 }
 
-// TestMigratingStepDoneKeepsItsSourceBatches: a cutover stores StepDone
+// TestMigratingStepDoneKeepsItsSourceBatches: a cutover stores cutover.StepDone
 // with the stopped replication's last idempotent batches; storing
 // COMPLETE fails, and so does the rollback's PROXY (etcd down for a
 // moment), so the topic stays MIGRATING in the running control plane. Its
 // periodic dropSourceBatches (Run, every lease/3) must not write the
 // MIGRATING topic: no one but its cutover does (a takeover completing at
-// StepDone reads the batches from it: TestTakeoverCompletesACutoverWithEveryStepDone).
+// cutover.StepDone reads the batches from it: TestTakeoverCompletesACutoverWithEveryStepDone).
 func TestMigratingStepDoneKeepsItsSourceBatches(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts kfake clusters and embedded etcd")
@@ -225,12 +226,12 @@ func TestMigratingStepDoneKeepsItsSourceBatches(t *testing.T) {
 }
 
 // TestRollbackProxyNotOverwrittenByStepDone: the rollback of a cutover at
-// StepDone writes PROXY; etcd applies it but the client gets an error
+// cutover.StepDone writes PROXY; etcd applies it but the client gets an error
 // (an ambiguous write), so the control plane keeps the topic MIGRATING at
-// StepDone in memory, with replication stopped. Followers (and a new
+// cutover.StepDone in memory, with replication stopped. Followers (and a new
 // leader) see PROXY: agents forward the topic to the source again. The
 // running control plane's next write of the topic (dropSourceBatches'
-// tick) must not put MIGRATING at StepDone back over that PROXY: the next
+// tick) must not put MIGRATING at cutover.StepDone back over that PROXY: the next
 // start would then complete the topic without the records written to the
 // source under PROXY meanwhile (replication never restarted).
 func TestRollbackProxyNotOverwrittenByStepDone(t *testing.T) {
@@ -289,7 +290,7 @@ func stepOf(t Topic) string {
 	if t.Cutover == nil {
 		return ""
 	}
-	return t.Cutover.Step
+	return string(t.Cutover.Step)
 }
 
 // TestAmbiguousCompleteIsKept: etcd stores a cutover's COMPLETE but the

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-kafka/baton/controlplane/cutover"
 	"github.com/baton-kafka/baton/migration"
 )
 
@@ -13,7 +14,7 @@ import (
 // released: the control plane can be stopped right after it.
 type pauseAtStep struct {
 	Store
-	step    string
+	step    cutover.Step
 	reached chan struct{}
 	release chan struct{}
 }
@@ -29,7 +30,7 @@ func (s *pauseAtStep) PutTopic(ctx context.Context, t Topic, version uint64) err
 
 // TestTakeoverCompletesACutoverWithEveryStepDone: a control plane stops
 // right after a cutover stored that every step but COMPLETE is done
-// (StepDone: agents drained, replication stopped at the end offsets, the
+// (cutover.StepDone: agents drained, replication stopped at the end offsets, the
 // guard lifted). The next one to start stores COMPLETE, with the source
 // batches of the stopped replication, instead of rolling back; a cutover
 // stopped at an earlier step is rolled back (TestCutover, "restart during
@@ -47,7 +48,7 @@ func TestTakeoverCompletesACutoverWithEveryStepDone(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	paused := &pauseAtStep{Store: st, step: StepDone, reached: make(chan struct{}), release: make(chan struct{})}
+	paused := &pauseAtStep{Store: st, step: cutover.StepDone, reached: make(chan struct{}), release: make(chan struct{})}
 	first, err := New(ctx, resumeOpts(k, paused)...)
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +62,7 @@ func TestTakeoverCompletesACutoverWithEveryStepDone(t *testing.T) {
 	select {
 	case <-paused.reached:
 	case <-ctx.Done():
-		t.Fatalf("the cutover never stored step %q: %v", StepDone, eventLines(t, ctx, p, "resume"))
+		t.Fatalf("the cutover never stored step %q: %v", cutover.StepDone, eventLines(t, ctx, p, "resume"))
 	}
 	closed := make(chan struct{})
 	go func() { defer close(closed); first.Close() }()
@@ -73,9 +74,9 @@ func TestTakeoverCompletesACutoverWithEveryStepDone(t *testing.T) {
 		t.Fatal(err)
 	}
 	i := slices.IndexFunc(topics, func(t Topic) bool { return t.Name == "resume" })
-	if i < 0 || topics[i].State != migration.Migrating || topics[i].Cutover == nil || topics[i].Cutover.Step != StepDone ||
+	if i < 0 || topics[i].State != migration.Migrating || topics[i].Cutover == nil || topics[i].Cutover.Step != cutover.StepDone ||
 		len(topics[i].SourceBatches) == 0 {
-		t.Fatalf("stored after the stop: %+v; want MIGRATING at step %q with the source batches", topics, StepDone)
+		t.Fatalf("stored after the stop: %+v; want MIGRATING at step %q with the source batches", topics, cutover.StepDone)
 	}
 	batches := topics[i].SourceBatches
 

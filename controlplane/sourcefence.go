@@ -308,55 +308,6 @@ func (cp *ControlPlane) promiseFences(ctx context.Context) error {
 	return nil
 }
 
-// fenceSource is the cutover step between the agents' drain and the read
-// of the source's end offsets, for a topic whose routes promised the
-// fence: it records the fence as up, puts it up, waits until every source
-// broker enforces it, then waits F. An agent without a lease forwards the
-// topic until the fence refuses it; a produce the source authorized just
-// before is answered (or given up on, retriable) within F of its send, so
-// after that wait the source has acked nothing the end offsets miss.
-func (cp *ControlPlane) fenceSource(ctx, dctx context.Context, name string, ev func(kind, agent, reason string),
-	step func(string, error) error) error {
-	t, err := cp.Topic(name)
-	if err != nil || t.Cutover == nil {
-		return fmt.Errorf("%w: %s vanished mid-cutover", ErrUnknownTopic, name)
-	}
-	if !t.FenceAtCutover {
-		return nil
-	}
-	if !cp.fenced() {
-		return fmt.Errorf("%w: %s: its routes told agents the source is fenced at the cutover", ErrNoSourceFence, name)
-	}
-	deadline := t.Cutover.Deadline
-	// An agent forwarding without a lease answers within its F, capped at
-	// UnleasedForwardDeadline: the F it holds may be an earlier control
-	// plane's, larger than this one's.
-	forward := max(cp.cfg.forward, t.ForwardDeadline, migration.UnleasedForwardDeadline)
-	if err := cp.setStep(dctx, name, "fence-source", func(t *Topic) { t.SourceFenceUp = true }); err != nil {
-		return step("storing the step", err)
-	}
-	if err := cp.cfg.fence.Fence(dctx, name); err != nil {
-		return step("fencing the topic on the source", err)
-	}
-	if err := cp.wait(ctx, deadline, "waiting for every source broker to enforce the fence", func() (bool, string, error) {
-		ok, behind, err := cp.cfg.fence.Enforced(dctx, name)
-		if err != nil {
-			return false, err.Error(), nil // a broker restarting: asked again until the deadline
-		}
-		return ok, behind, nil
-	}); err != nil {
-		return err
-	}
-	ev(EventSourceFenced, "", fmt.Sprintf("every source broker denies writes to %s (superusers aside); "+
-		"waiting F (%v) for produce requests the source accepted just before", name, forward))
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(forward):
-	}
-	return nil
-}
-
 // liftFence lifts a rolled-back topic's source fence and records it
 // lifted. Without a fence to lift it with, it says what to do instead.
 func (cp *ControlPlane) liftFence(ctx context.Context, name string) error {

@@ -90,8 +90,6 @@ var (
 	// could not be read (DescribeProducers, ListTransactions,
 	// DescribeTransactions); the message says which and why.
 	ErrTransactions = errors.New("controlplane: reading the source's transactions")
-	// errTimedOut: a cutover wait passed the deadline.
-	errTimedOut = errors.New("controlplane: cutover timeout passed")
 )
 
 // Rule is one named rule of the state machine.

@@ -3,6 +3,7 @@ package controlplane
 import (
 	"time"
 
+	"github.com/baton-kafka/baton/controlplane/cutover"
 	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/replicator"
 	"github.com/baton-kafka/baton/xds"
@@ -37,12 +38,12 @@ type TopicSpec struct {
 
 // Cutover is an in-flight cutover attempt, kept with its topic.
 type Cutover struct {
-	Attempt   int       `json:"attempt"`
-	Version   uint64    `json:"version"`
-	StartedAt time.Time `json:"startedAt"`
-	Deadline  time.Time `json:"deadline"`
-	Actor     string    `json:"actor"`
-	Step      string    `json:"step"`
+	Attempt   int          `json:"attempt"`
+	Version   uint64       `json:"version"`
+	StartedAt time.Time    `json:"startedAt"`
+	Deadline  time.Time    `json:"deadline"`
+	Actor     string       `json:"actor"`
+	Step      cutover.Step `json:"step"`
 }
 
 // Topic is a managed topic as stored.
