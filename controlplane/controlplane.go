@@ -266,7 +266,7 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 		guards: map[string]*guardRestore{}, wakeGuards: make(chan struct{}, 1), latency: map[string]pushedLatency{}, proxySpans: map[string]uint64{},
 		recorded: map[string]int64{}, byp: newBypass(), bypassMetrics: bm, cutoverDurations: durations}
 	cp.gateChecks = cp.gates()
-	cp.findings.open, cp.findings.started = map[findingKey]*Finding{}, cp.now()
+	cp.findings.open, cp.findings.started = map[migration.FindingKey]*Finding{}, cp.now()
 	for _, c := range []prometheus.Collector{findingsCollector{cp}, stateCollector{cp}} {
 		if err := cfg.registry.Register(c); err != nil {
 			return nil, fmt.Errorf("%w: registry: %w", ErrBadConfig, err)
