@@ -217,9 +217,10 @@ func newConfig(opts []Opt) config {
 	return cfg
 }
 
-// New loads the state from the store, rolls back any cutover a previous
-// process left in flight, restarts replication of managed topics and
-// publishes the routes.
+// New loads the state from the store, decides any cutover a previous
+// process (or leader) left in flight (COMPLETE when every step but that
+// one was done, StepDone, before the attempt's deadline; else back to
+// PROXY), restarts replication of managed topics and publishes the routes.
 func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 	cfg := newConfig(opts)
 	switch {
@@ -393,8 +394,8 @@ func (cp *ControlPlane) Register(g *grpc.Server) {
 
 // Run flushes agents' lease state to the store every lease/3 until ctx
 // ends, then stops every cutover goroutine (leaving an in-flight cutover
-// MIGRATING in the store, for the next start to roll back) and flushes
-// once more.
+// MIGRATING in the store, for the next start to complete or roll back: see
+// New) and flushes once more.
 func (cp *ControlPlane) Run(ctx context.Context) error {
 	t := time.NewTicker(cp.cfg.lease / 3)
 	defer t.Stop()
