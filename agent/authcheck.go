@@ -133,9 +133,9 @@ type authReporter struct{ fs *findings }
 var _ authcheck.Reporter = authReporter{}
 
 func (r authReporter) Missing(m authcheck.Missing) {
-	r.fs.open(FindingAuthMissing, m.Topic, m.Principal, m.ClientID, m.Detail)
+	r.fs.open(migration.FindingAuthMissing, m.Topic, m.Principal, m.ClientID, m.Detail)
 }
 
 func (r authReporter) Resolved(topic, principal string) {
-	r.fs.resolve(FindingAuthMissing, topic, principal)
+	r.fs.resolve(migration.FindingAuthMissing, topic, principal)
 }

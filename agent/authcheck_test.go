@@ -133,7 +133,7 @@ func TestAuthCheckForwardedPrincipals(t *testing.T) {
 		return ""
 	})
 	fs := cp.findingsOf()
-	if len(fs) != 1 || fs[0].GetKind() != agent.FindingAuthMissing || fs[0].GetTopic() != "orders" || fs[0].GetPrincipal() != "User:bob" ||
+	if len(fs) != 1 || fs[0].GetKind() != string(migration.FindingAuthMissing) || fs[0].GetTopic() != "orders" || fs[0].GetPrincipal() != "User:bob" ||
 		!strings.Contains(fs[0].GetDetail(), "--allow-principal User:bob --operation Write --topic orders") {
 		t.Fatalf("findings reported: %v; want one, bob's on orders, naming the ACL to add", fs)
 	}

@@ -118,7 +118,7 @@ func (a *Agent) headroomCheck() filter.Factory {
 		Report: func(w headroom.Warning) {
 			a.metrics.headroom.WithLabelValues(w.Topic, w.ClientID).Inc()
 			if a.findings != nil { // nil only in tests that build an Agent by hand
-				a.findings.open(FindingHeadroom, w.Topic, "", w.ClientID, w.String())
+				a.findings.open(migration.FindingHeadroom, w.Topic, "", w.ClientID, w.String())
 			}
 		},
 		InFlight: func(c filter.ConnInfo) (int64, bool) {

@@ -20,12 +20,6 @@ import (
 // plane, which records an event when one opens; a finding closes when its
 // check says it is resolved, or when no request met it for findingTTL.
 
-// Finding kinds the agent reports (see package migration).
-const (
-	FindingAuthMissing = migration.FindingAuthMissing
-	FindingHeadroom    = migration.FindingHeadroom
-)
-
 // findingTTL is how long an open finding lasts after a request last met
 // it: a producer that stopped (or was moved) stops being reported.
 const findingTTL = 10 * time.Minute
@@ -35,31 +29,25 @@ const findingTTL = 10 * time.Minute
 // of them (xds.MaxFindings).
 const maxFindings = xds.MaxFindings
 
-type findingKey struct{ kind, topic, who string }
-
-// findings are the agent's open findings.
+// findings are the agent's open findings, by migration.FindingKey.
 type findings struct {
 	log *slog.Logger
 	now func() time.Time
 
 	mu sync.Mutex
-	m  map[findingKey]*batonv1.Finding
+	m  map[migration.FindingKey]*batonv1.Finding
 }
 
 func newFindings(log *slog.Logger, reg prometheus.Registerer) *findings {
-	fs := &findings{log: log, now: time.Now, m: map[findingKey]*batonv1.Finding{}}
+	fs := &findings{log: log, now: time.Now, m: map[migration.FindingKey]*batonv1.Finding{}}
 	reg.MustRegister(findingsCollector{fs})
 	return fs
 }
 
 // open notes a finding seen now. The first sighting of each is said at
 // WARN: the detail says what to do.
-func (fs *findings) open(kind, topic, principal, clientID, detail string) {
-	who := principal
-	if who == "" {
-		who = clientID
-	}
-	k := findingKey{kind, topic, who}
+func (fs *findings) open(kind migration.FindingKind, topic, principal, clientID, detail string) {
+	k := migration.KeyOfFinding(kind, topic, principal, clientID)
 	now := timestamppb.New(fs.now())
 	fs.mu.Lock()
 	f, ok := fs.m[k]
@@ -68,7 +56,7 @@ func (fs *findings) open(kind, topic, principal, clientID, detail string) {
 		if len(fs.m) >= maxFindings {
 			fs.dropOldestLocked()
 		}
-		f = &batonv1.Finding{Kind: kind, Topic: topic, FirstSeen: now}
+		f = &batonv1.Finding{Kind: string(kind), Topic: topic, FirstSeen: now}
 		fs.m[k] = f
 	}
 	f.Principal, f.ClientId, f.Detail, f.LastSeen = principal, clientID, detail, now
@@ -78,14 +66,15 @@ func (fs *findings) open(kind, topic, principal, clientID, detail string) {
 	}
 }
 
-// resolve closes a finding.
-func (fs *findings) resolve(kind, topic, who string) {
+// resolve closes principal's finding.
+func (fs *findings) resolve(kind migration.FindingKind, topic, principal string) {
+	k := migration.KeyOfFinding(kind, topic, principal, "")
 	fs.mu.Lock()
-	_, ok := fs.m[findingKey{kind, topic, who}]
-	delete(fs.m, findingKey{kind, topic, who})
+	_, ok := fs.m[k]
+	delete(fs.m, k)
 	fs.mu.Unlock()
 	if ok {
-		fs.log.Info("finding resolved", "kind", kind, "topic", topic, "principal", who)
+		fs.log.Info("finding resolved", "kind", kind, "topic", topic, "principal", principal)
 	}
 }
 
@@ -99,7 +88,7 @@ func (fs *findings) pruneLocked() {
 }
 
 func (fs *findings) dropOldestLocked() {
-	var oldest findingKey
+	var oldest migration.FindingKey
 	var at time.Time
 	for k, f := range fs.m {
 		if t := f.GetLastSeen().AsTime(); at.IsZero() || t.Before(at) {
@@ -137,7 +126,7 @@ func (c findingsCollector) Collect(ch chan<- prometheus.Metric) {
 	c.fs.mu.Lock()
 	c.fs.pruneLocked()
 	for k := range c.fs.m {
-		n[[2]string{k.kind, k.topic}]++
+		n[[2]string{string(k.Kind), k.Topic}]++
 	}
 	c.fs.mu.Unlock()
 	for k, v := range n {

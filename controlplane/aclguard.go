@@ -193,13 +193,7 @@ func (g *ACLGuard) Protect(ctx context.Context, topic string) error {
 		return fmt.Errorf("%w: recording the guard's ACLs on %s: %v", ErrGuard, topic, err)
 	}
 	for _, a := range create {
-		b := kadm.NewACLs().Topics(topic).Operations(kadm.OpWrite).ResourcePatternType(kadm.ACLPatternLiteral)
-		if a.Allow {
-			b = b.Allow(a.Principal).AllowHosts()
-		} else {
-			b = b.Deny(a.Principal).DenyHosts()
-		}
-		if err := createACLs(ctx, g.Admin, b); err != nil {
+		if err := createACLs(ctx, g.Admin, a.builder(topic)); err != nil {
 			return fmt.Errorf("%w: %s write to %s for %s: %v", ErrGuard, map[bool]string{true: "allowing", false: "denying"}[a.Allow],
 				topic, a.Principal, err)
 		}
@@ -281,28 +275,43 @@ func (g *ACLGuard) Lift(ctx context.Context, topic string) error {
 	if err != nil {
 		return fmt.Errorf("%w: reading the guard's record of %s: %v", ErrGuard, topic, err)
 	}
-	for _, a := range owned {
-		b := kadm.NewACLs().Topics(topic).Operations(kadm.OpWrite).ResourcePatternType(kadm.ACLPatternLiteral)
-		if a.Allow {
-			b = b.Allow(a.Principal).AllowHosts("*")
-		} else {
-			b = b.Deny(a.Principal).DenyHosts("*")
-		}
-		res, err := g.Admin.DeleteACLs(ctx, b)
-		if err == nil {
-			for _, r := range res {
-				if r.Err != nil {
-					err = fmt.Errorf("%v %s", r.Err, r.ErrMessage)
-					break
-				}
-			}
-		}
-		if err != nil {
-			return fmt.Errorf("%w: lifting the guard of %s: %v", ErrGuard, topic, err)
-		}
+	if err := deleteOwnedACLs(ctx, g.Admin, topic, owned); err != nil {
+		return fmt.Errorf("%w: lifting the guard of %s: %v", ErrGuard, topic, err)
 	}
 	if err := g.ledger().PutGuardACLs(ctx, topic, nil); err != nil {
 		return fmt.Errorf("%w: clearing the guard's record of %s: %v", ErrGuard, topic, err)
+	}
+	return nil
+}
+
+// builder is a's ACL on the literal resource Topic:topic: WRITE from any
+// host ("*"), ALLOW or DENY for a's principal. The guard and the fence
+// create, describe and delete their ACLs through it, so what Lift deletes
+// is exactly what Protect or Fence created: a host-specific ACL of the
+// same principal is an operator's and is left alone.
+func (a OwnedACL) builder(topic string) *kadm.ACLBuilder {
+	b := kadm.NewACLs().Topics(topic).Operations(kadm.OpWrite).ResourcePatternType(kadm.ACLPatternLiteral)
+	if a.Allow {
+		return b.Allow(a.Principal).AllowHosts("*")
+	}
+	return b.Deny(a.Principal).DenyHosts("*")
+}
+
+// deleteOwnedACLs deletes acls on topic, each one exactly (builder), and
+// stops at the first the cluster refuses: the one delete path of the
+// guard's Lift and the fence's, whose callers keep their record of acls
+// until it succeeded.
+func deleteOwnedACLs(ctx context.Context, adm *kadm.Client, topic string, acls []OwnedACL) error {
+	for _, a := range acls {
+		res, err := adm.DeleteACLs(ctx, a.builder(topic))
+		if err != nil {
+			return err
+		}
+		for _, r := range res {
+			if r.Err != nil {
+				return fmt.Errorf("%v %s", r.Err, r.ErrMessage)
+			}
+		}
 	}
 	return nil
 }

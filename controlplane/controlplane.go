@@ -218,9 +218,10 @@ func newConfig(opts []Opt) config {
 	return cfg
 }
 
-// New loads the state from the store, rolls back any cutover a previous
-// process left in flight, restarts replication of managed topics and
-// publishes the routes.
+// New loads the state from the store, decides any cutover a previous
+// process (or leader) left in flight (COMPLETE when every step but that
+// one was done, StepDone, before the attempt's deadline; else back to
+// PROXY), restarts replication of managed topics and publishes the routes.
 func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 	cfg := newConfig(opts)
 	switch {
@@ -267,7 +268,7 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 		guards: map[string]*guardRestore{}, wakeGuards: make(chan struct{}, 1), latency: map[string]pushedLatency{}, proxySpans: map[string]uint64{},
 		recorded: map[string]int64{}, byp: newBypass(), bypassMetrics: bm, cutoverDurations: durations}
 	cp.gateChecks = cp.gates()
-	cp.findings.open, cp.findings.started = map[findingKey]*Finding{}, cp.now()
+	cp.findings.open, cp.findings.started = map[migration.FindingKey]*Finding{}, cp.now()
 	for _, c := range []prometheus.Collector{findingsCollector{cp}, stateCollector{cp}} {
 		if err := cfg.registry.Register(c); err != nil {
 			return nil, fmt.Errorf("%w: registry: %w", ErrBadConfig, err)
@@ -393,8 +394,8 @@ func (cp *ControlPlane) Register(g *grpc.Server) {
 
 // Run flushes agents' lease state to the store every lease/3 until ctx
 // ends, then stops every cutover goroutine (leaving an in-flight cutover
-// MIGRATING in the store, for the next start to roll back) and flushes
-// once more.
+// MIGRATING in the store, for the next start to complete or roll back: see
+// New) and flushes once more.
 func (cp *ControlPlane) Run(ctx context.Context) error {
 	t := time.NewTicker(cp.cfg.lease / 3)
 	defer t.Stop()

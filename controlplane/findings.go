@@ -18,24 +18,19 @@ import (
 
 // Findings are what agents report with their heartbeats for an operator to
 // act on before a cutover (docs/design.md §12): a principal that may write
-// a topic on the source but not on the destination (FindingAuthMissing),
-// and further kinds as PROXY-phase features report them. They are kept in
+// a topic on the source but not on the destination
+// (migration.FindingAuthMissing), and the further kinds package migration
+// declares as PROXY-phase features report them. They are kept in
 // memory: an agent sends its open findings with every heartbeat, so a
 // restarted control plane knows them again within one heartbeat interval
 // (lease/3) of each agent, and records each one's event again then.
 
-// Finding kinds (see package migration).
-const (
-	FindingAuthMissing = migration.FindingAuthMissing
-	FindingHeadroom    = migration.FindingHeadroom
-)
-
 // Finding is one open finding, merged over the agents that report it.
 type Finding struct {
-	Kind      string `json:"kind"`
-	Topic     string `json:"topic"`
-	Principal string `json:"principal,omitempty"`
-	ClientID  string `json:"clientId,omitempty"`
+	Kind      migration.FindingKind `json:"kind"`
+	Topic     string                `json:"topic"`
+	Principal string                `json:"principal,omitempty"`
+	ClientID  string                `json:"clientId,omitempty"`
 	// Detail says what to do (for auth_missing, the ACL to add).
 	Detail string `json:"detail"`
 	// FirstSeen and LastSeen are the agents' clocks (LastSeen never later
@@ -46,11 +41,6 @@ type Finding struct {
 	// control plane's clock).
 	Agents map[string]time.Time `json:"agents"`
 }
-
-// findingKey identifies a finding: one event is recorded per key when it
-// opens. who is the principal, or the client id when the agent did not
-// know the principal.
-type findingKey struct{ kind, topic, who string }
 
 // Bounds of the findings kept. An agent sends at most xds.MaxFindings per
 // heartbeat; the control plane keeps at most maxOpenFindings in all, and
@@ -63,11 +53,12 @@ const maxOpenFindings = 1024
 // the agents resolved or aged out closes soon after.
 func (cp *ControlPlane) findingTTL() time.Duration { return 3 * cp.cfg.lease }
 
-// findingSet is the control plane's open findings. Its lock is its own:
-// heartbeats update it outside cp.mu.
+// findingSet is the control plane's open findings, by
+// migration.FindingKey: one event is recorded per key when it opens. Its
+// lock is its own: heartbeats update it outside cp.mu.
 type findingSet struct {
 	mu      sync.Mutex
-	open    map[findingKey]*Finding
+	open    map[migration.FindingKey]*Finding
 	warned  bool      // the bound was hit and said
 	started time.Time // the control plane's start, for events after a restart
 }
@@ -86,11 +77,7 @@ func (cp *ControlPlane) noteFindings(ctx context.Context, node string, fs []*bat
 		if f.GetKind() == "" || f.GetTopic() == "" {
 			continue
 		}
-		who := f.GetPrincipal()
-		if who == "" {
-			who = f.GetClientId()
-		}
-		k := findingKey{f.GetKind(), f.GetTopic(), who}
+		k := migration.KeyOfFinding(migration.FindingKind(f.GetKind()), f.GetTopic(), f.GetPrincipal(), f.GetClientId())
 		first, last := f.GetFirstSeen().AsTime(), f.GetLastSeen().AsTime()
 		if last.After(now) || f.GetLastSeen() == nil {
 			last = now // an agent's clock ahead of ours says nothing later than now
@@ -108,9 +95,9 @@ func (cp *ControlPlane) noteFindings(ctx context.Context, node string, fs []*bat
 				}
 				continue
 			}
-			o = &Finding{Kind: k.kind, Topic: k.topic, FirstSeen: first, Agents: map[string]time.Time{}}
+			o = &Finding{Kind: k.Kind, Topic: k.Topic, FirstSeen: first, Agents: map[string]time.Time{}}
 			set.open[k] = o
-			opened = append(opened, Finding{Kind: k.kind, Topic: k.topic, Principal: f.GetPrincipal(),
+			opened = append(opened, Finding{Kind: k.Kind, Topic: k.Topic, Principal: f.GetPrincipal(),
 				ClientID: f.GetClientId(), Detail: f.GetDetail(), FirstSeen: first})
 		}
 		o.Principal, o.ClientID, o.Detail = f.GetPrincipal(), f.GetClientId(), f.GetDetail()
@@ -159,7 +146,7 @@ func (cp *ControlPlane) pruneFindingsLocked(now time.Time) {
 // OpenFindings returns topic's open findings of kind ("" for every kind)
 // that an agent saw within the last within (0: any open one), sorted by
 // kind, then principal or client id: what a cutover gate asks.
-func (cp *ControlPlane) OpenFindings(topic, kind string, within time.Duration) []Finding {
+func (cp *ControlPlane) OpenFindings(topic string, kind migration.FindingKind, within time.Duration) []Finding {
 	now := cp.now()
 	set := &cp.findings
 	set.mu.Lock()
@@ -167,7 +154,7 @@ func (cp *ControlPlane) OpenFindings(topic, kind string, within time.Duration) [
 	cp.pruneFindingsLocked(now)
 	var out []Finding
 	for k, f := range set.open {
-		if (topic != "" && k.topic != topic) || (kind != "" && k.kind != kind) {
+		if (topic != "" && k.Topic != topic) || (kind != "" && k.Kind != kind) {
 			continue
 		}
 		if within > 0 && now.Sub(f.LastSeen) > within {
@@ -178,8 +165,8 @@ func (cp *ControlPlane) OpenFindings(topic, kind string, within time.Duration) [
 		out = append(out, c)
 	}
 	slices.SortFunc(out, func(a, b Finding) int {
-		return strings.Compare(a.Topic+"\x00"+a.Kind+"\x00"+a.Principal+"\x00"+a.ClientID,
-			b.Topic+"\x00"+b.Kind+"\x00"+b.Principal+"\x00"+b.ClientID)
+		return strings.Compare(a.Topic+"\x00"+string(a.Kind)+"\x00"+a.Principal+"\x00"+a.ClientID,
+			b.Topic+"\x00"+string(b.Kind)+"\x00"+b.Principal+"\x00"+b.ClientID)
 	})
 	return out
 }
@@ -198,7 +185,7 @@ func (c findingsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- openFind
 func (c findingsCollector) Collect(ch chan<- prometheus.Metric) {
 	n := map[[2]string]int{}
 	for _, f := range c.cp.OpenFindings("", "", 0) {
-		n[[2]string{f.Kind, f.Topic}]++
+		n[[2]string{string(f.Kind), f.Topic}]++
 	}
 	for k, v := range n {
 		ch <- prometheus.MustNewConstMetric(openFindingsDesc, prometheus.GaugeValue, float64(v), k[0], k[1])

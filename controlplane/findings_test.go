@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/migration"
 )
 
 // Findings arrive with heartbeats: the first report of a (kind, topic,
@@ -48,7 +49,7 @@ func TestFindingsFromHeartbeats(t *testing.T) {
 	}
 	first := clock()
 	bob := func(seen time.Time) *batonv1.Finding {
-		return &batonv1.Finding{Kind: FindingAuthMissing, Topic: "t", Principal: "User:bob", ClientId: "app",
+		return &batonv1.Finding{Kind: string(migration.FindingAuthMissing), Topic: "t", Principal: "User:bob", ClientId: "app",
 			Detail: "add ALLOW User:bob WRITE on TOPIC t", FirstSeen: timestamppb.New(first), LastSeen: timestamppb.New(seen)}
 	}
 	beat := func(cp *ControlPlane, node string, fs ...*batonv1.Finding) {
@@ -80,7 +81,7 @@ func TestFindingsFromHeartbeats(t *testing.T) {
 	if len(evs) != 1 || !strings.Contains(evs[0].Reason, "User:bob") || !strings.Contains(evs[0].Reason, "add ALLOW") || evs[0].Agent != "a1" {
 		t.Fatalf("finding events = %+v, want one naming User:bob, the ACL to add and agent a1", evs)
 	}
-	fs := cp.OpenFindings("t", FindingAuthMissing, time.Minute)
+	fs := cp.OpenFindings("t", migration.FindingAuthMissing, time.Minute)
 	if len(fs) != 1 || len(fs[0].Agents) != 2 || !fs[0].LastSeen.Equal(clock()) {
 		t.Fatalf("OpenFindings = %+v, want bob's, seen now by a1 and a2", fs)
 	}
@@ -104,10 +105,10 @@ func TestFindingsFromHeartbeats(t *testing.T) {
 	// Still reported, but last seen 9 s ago: open, not within 5 s.
 	advance(10 * time.Second)
 	beat(cp, "a1", bob(clock().Add(-9*time.Second)))
-	if got := cp.OpenFindings("t", FindingAuthMissing, 5*time.Second); len(got) != 0 {
+	if got := cp.OpenFindings("t", migration.FindingAuthMissing, 5*time.Second); len(got) != 0 {
 		t.Fatalf("OpenFindings within 5 s = %+v, want none (last seen 9 s ago)", got)
 	}
-	if got := cp.OpenFindings("t", FindingAuthMissing, 0); len(got) != 1 {
+	if got := cp.OpenFindings("t", migration.FindingAuthMissing, 0); len(got) != 1 {
 		t.Fatalf("OpenFindings = %+v, want bob's (still reported)", got)
 	}
 	// No agent reports it any more: closed after three leases.

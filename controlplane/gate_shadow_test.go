@@ -36,8 +36,8 @@ func TestGatesIgnoreFindingsOfASwitchedOffCheck(t *testing.T) {
 		t.Helper()
 		// What an agent still sends after the switch: its open findings.
 		fs := []*batonv1.Finding{
-			{Kind: FindingAuthMissing, Topic: "t", Principal: "User:bob", Detail: "add ALLOW", FirstSeen: seen, LastSeen: seen},
-			{Kind: FindingHeadroom, Topic: "t", ClientId: "app", Detail: "raise", FirstSeen: seen, LastSeen: seen},
+			{Kind: string(migration.FindingAuthMissing), Topic: "t", Principal: "User:bob", Detail: "add ALLOW", FirstSeen: seen, LastSeen: seen},
+			{Kind: string(migration.FindingHeadroom), Topic: "t", ClientId: "app", Detail: "raise", FirstSeen: seen, LastSeen: seen},
 		}
 		if _, err := cp.Heartbeat(ctx, &batonv1.HeartbeatRequest{NodeId: "a1", AckedVersion: cp.Version(), Findings: fs}); err != nil {
 			t.Fatal(err)

@@ -199,11 +199,11 @@ func TestGatesRefuseOpenFindings(t *testing.T) {
 	if gs := gatesOf("t"); len(gs) != 0 {
 		t.Fatalf("no findings yet, gates %v refuse", gs)
 	}
-	headroomFinding := &batonv1.Finding{Kind: FindingHeadroom, Topic: "t", ClientId: "slow-app",
+	headroomFinding := &batonv1.Finding{Kind: string(migration.FindingHeadroom), Topic: "t", ClientId: "slow-app",
 		Detail: "raise max.in.flight.requests.per.connection", FirstSeen: seen, LastSeen: seen}
-	authFinding := &batonv1.Finding{Kind: FindingAuthMissing, Topic: "t", Principal: "User:bob",
+	authFinding := &batonv1.Finding{Kind: string(migration.FindingAuthMissing), Topic: "t", Principal: "User:bob",
 		Detail: "add ALLOW User:bob WRITE on TOPIC t", FirstSeen: seen, LastSeen: seen}
-	beat(headroomFinding, &batonv1.Finding{Kind: FindingAuthMissing, Topic: "other", Principal: "User:eve",
+	beat(headroomFinding, &batonv1.Finding{Kind: string(migration.FindingAuthMissing), Topic: "other", Principal: "User:eve",
 		Detail: "add ALLOW User:eve WRITE on TOPIC other", FirstSeen: seen, LastSeen: seen})
 	if gs := gatesOf("t"); !slices.Equal(gs, []Gate{GateHeadroom}) {
 		t.Errorf("a headroom warning open for t: gates %v refuse, want [headroom]", gs)

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/baton-kafka/baton/migration"
 )
 
 // Gate names one of the cutover gates `baton topic migrate` passes through
@@ -152,14 +154,14 @@ func (cp *ControlPlane) gates() []gateCheck {
 			if sh, ok := cp.shadowOf(topic); ok && !sh.Headroom {
 				return "" // switched off: agents' findings age out on their own
 			}
-			return findingsText(cp.OpenFindings(topic, FindingHeadroom, 0), "open headroom warning",
+			return findingsText(cp.OpenFindings(topic, migration.FindingHeadroom, 0), "open headroom warning",
 				"raise the setting named on each producer (or resize the destination) and let the warning close")
 		}},
 		gateCheck{GateDestinationAuth, func(_ context.Context, topic string) string {
 			if sh, ok := cp.shadowOf(topic); ok && !sh.AuthCheck && !sh.AuthEnforce {
 				return "" // switched off (how false reports are silenced)
 			}
-			return findingsText(cp.OpenFindings(topic, FindingAuthMissing, 0), "principal without WRITE on the destination topic",
+			return findingsText(cp.OpenFindings(topic, migration.FindingAuthMissing, 0), "principal without WRITE on the destination topic",
 				"add the ACL named on the destination, or the producer is refused after the cutover")
 		}})
 	return gs

@@ -144,7 +144,7 @@ func (cp *ControlPlane) Handler() http.Handler {
 		}
 	})
 	mux.HandleFunc("GET /v1/findings", func(w http.ResponseWriter, r *http.Request) {
-		fs := cp.OpenFindings(r.URL.Query().Get("topic"), r.URL.Query().Get("kind"), 0)
+		fs := cp.OpenFindings(r.URL.Query().Get("topic"), migration.FindingKind(r.URL.Query().Get("kind")), 0)
 		if fs == nil {
 			fs = []Finding{}
 		}

@@ -12,13 +12,14 @@ import (
 )
 
 // Leader election between control-plane replicas on one etcd
-// (docs/design.md §13). Every replica campaigns; the one elected runs the
-// control plane (cutovers, leases, xDS, replication) and every write it
-// makes to etcd is fenced on its election key: once its term ends (its
-// etcd session expired, another replica was elected) no write of it
-// commits, so a leader that lost its election cannot change the state.
-// The others wait in the campaign, registered so that `baton controlplane
-// status` lists them.
+// (docs/design.md §13.1). Every replica campaigns; the one elected changes
+// the state (cutovers, topics, events, the HTTP API, replication) and
+// every write it makes to etcd is fenced on its election key: once its
+// term ends (its etcd session expired, another replica was elected) no
+// write of it commits, so a leader that lost its election cannot change
+// the state. The others wait in the campaign, registered so that `baton
+// controlplane status` lists them, and serve routes and leases meanwhile
+// from the state they watch (follower.go).
 
 const (
 	keyLeader   = "/baton/leader"

@@ -112,15 +112,10 @@ func (f *ACLFence) recordInTerm(ctx context.Context, topic string, acls []OwnedA
 	return nil
 }
 
-func fenceBuilder(topic string) *kadm.ACLBuilder {
-	return kadm.NewACLs().Topics(topic).Operations(kadm.OpWrite).ResourcePatternType(kadm.ACLPatternLiteral).
-		Deny(fenceACL.Principal).DenyHosts("*")
-}
-
 // Fence implements SourceFence.
 func (f *ACLFence) Fence(ctx context.Context, topic string) error {
 	adm := kadm.NewClient(f.Client)
-	res, err := adm.DescribeACLs(ctx, fenceBuilder(topic))
+	res, err := adm.DescribeACLs(ctx, fenceACL.builder(topic))
 	if err == nil {
 		err = describeErr(res)
 	}
@@ -133,7 +128,7 @@ func (f *ACLFence) Fence(ctx context.Context, topic string) error {
 	if err := f.recordInTerm(ctx, topic, []OwnedACL{fenceACL}); err != nil {
 		return fmt.Errorf("%w: recording the fence of %s: %v", ErrSourceFence, topic, err)
 	}
-	if err := createACLs(ctx, adm, fenceBuilder(topic)); err != nil {
+	if err := createACLs(ctx, adm, fenceACL.builder(topic)); err != nil {
 		return fmt.Errorf("%w: denying writes to %s on the source: %v", ErrSourceFence, topic, err)
 	}
 	return nil
@@ -226,16 +221,7 @@ func (f *ACLFence) Lift(ctx context.Context, topic string) error {
 	if err := f.recordInTerm(ctx, topic, owned); err != nil {
 		return fmt.Errorf("%w: confirming the fence's record of %s before lifting it: %v", ErrSourceFence, topic, err)
 	}
-	res, err := kadm.NewClient(f.Client).DeleteACLs(ctx, fenceBuilder(topic))
-	if err == nil {
-		for _, r := range res {
-			if r.Err != nil {
-				err = fmt.Errorf("%v %s", r.Err, r.ErrMessage)
-				break
-			}
-		}
-	}
-	if err != nil {
+	if err := deleteOwnedACLs(ctx, kadm.NewClient(f.Client), topic, []OwnedACL{fenceACL}); err != nil {
 		return fmt.Errorf("%w: lifting the fence of %s on the source: %v", ErrSourceFence, topic, err)
 	}
 	if err := f.ledger().PutGuardACLs(ctx, topic, nil); err != nil {

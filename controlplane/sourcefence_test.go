@@ -66,7 +66,7 @@ func (deposedLedger) PutGuardACLs(context.Context, string, []OwnedACL) error { r
 // literal topic: the fence's, or an operator's identical one.
 func fenceACLs(t *testing.T, ctx context.Context, adm *kadm.Client, topic string) int {
 	t.Helper()
-	res, err := adm.DescribeACLs(ctx, fenceBuilder(topic))
+	res, err := adm.DescribeACLs(ctx, fenceACL.builder(topic))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +195,7 @@ func TestACLFenceLiftKeepsTheOperatorsDeny(t *testing.T) {
 			admCl := saslClient(t, src, "admin", "admin-pw")
 			adm := kadm.NewClient(admCl)
 			createTopics(t, ctx, adm, "orders")
-			if err := createACLs(ctx, adm, fenceBuilder("orders")); err != nil { // the operator's
+			if err := createACLs(ctx, adm, fenceACL.builder("orders")); err != nil { // the operator's
 				t.Fatal(err)
 			}
 			f := &ACLFence{Client: admCl}

@@ -21,8 +21,11 @@
 //     written only after replication of the topic stopped at the source's
 //     end offsets, and is one-way.
 //   - A control plane that stops mid-cutover leaves the topic MIGRATING in
-//     etcd; the next start rolls it back to PROXY (restarting replication)
-//     before serving anything.
+//     etcd. The next start (or the replica elected after it) stores
+//     COMPLETE when every step but that one was done (stored step
+//     StepDone) and the attempt's deadline has not passed; any other it
+//     rolls back to PROXY (restarting replication). Both before serving
+//     anything.
 //   - A rollback never waits for the destination: PROXY is written first
 //     and the write guard restored in the background, with retries; a
 //     cutover is refused until it is back.
@@ -53,8 +56,13 @@ var (
 	// ErrNeedsForce: a removal that would send a COMPLETE topic's producers
 	// back to the source, asked without force; the message says why.
 	ErrNeedsForce = errors.New("controlplane: refused without force")
-	// ErrGateRefused: the cutover gate (time lag, replication readiness)
-	// refused to start.
+	// ErrGateRefused: Migrate refused to start a cutover. Either cutover
+	// gates refused (any of Gates; force passes them), or a refusal that
+	// guards correctness, which nothing forces past: a diverged
+	// destination, a write guard still being restored, the last cutover's
+	// source fence still being lifted, or a source fence the topic's
+	// routes promised that this control plane cannot put up. The message
+	// names each refusal and why.
 	ErrGateRefused = errors.New("controlplane: cutover gate refused")
 	// ErrClosed: the control plane is shutting down.
 	ErrClosed = errors.New("controlplane: closed")

@@ -1,9 +1,10 @@
 // Package migration owns what the control plane and the agents must agree
 // on about a topic's migration: its State (docs/design.md §3), what agents
 // do with produce while it is MIGRATING (HoldMode), their mapping to the
-// wire (api/baton/v1), and the timing defaults of the lease and cutover
-// protocol (docs/design.md §5, §6). Both sides take these from here, so a
-// default changed in one place changes for both.
+// wire (api/baton/v1), the timing defaults of the lease and cutover
+// protocol (docs/design.md §5, §6), and the kinds of finding agents report
+// with the key both sides keep them by (§12). Both sides take these from
+// here, so a default changed in one place changes for both.
 package migration
 
 import (
@@ -191,13 +192,38 @@ func HoldModeFromProto(m batonv1.HoldMode) HoldMode {
 	return Hold
 }
 
-// Finding kinds: what the agents' PROXY-phase checks report to the control
-// plane with their heartbeats, and what the cutover gates ask of it.
+// FindingKind names what an agent's PROXY-phase check found: the agents
+// report findings to the control plane with their heartbeats (the wire's
+// Finding.kind), and the cutover gates ask the control plane for them by
+// kind.
+type FindingKind string
+
+// Finding kinds.
 const (
 	// FindingAuthMissing: the principal the destination will see after the
 	// cutover may not WRITE the topic there (filter/authcheck).
-	FindingAuthMissing = "auth_missing"
+	FindingAuthMissing FindingKind = "auth_missing"
 	// FindingHeadroom: a producer will not sustain its rate at the
 	// destination's ack latency (filter/headroom).
-	FindingHeadroom = "headroom"
+	FindingHeadroom FindingKind = "headroom"
 )
+
+// FindingKey identifies a finding on both sides: an agent keeps one
+// finding per key, and the control plane merges what its agents report by
+// key and records one event when a key opens. Who is the principal, or
+// the client id when the agent did not know the principal.
+type FindingKey struct {
+	Kind  FindingKind
+	Topic string
+	Who   string
+}
+
+// KeyOfFinding is the key of a finding of kind on topic by principal, or
+// by clientID when principal is "".
+func KeyOfFinding(kind FindingKind, topic, principal, clientID string) FindingKey {
+	who := principal
+	if who == "" {
+		who = clientID
+	}
+	return FindingKey{Kind: kind, Topic: topic, Who: who}
+}

@@ -102,3 +102,25 @@ func TestHoldModes(t *testing.T) {
 		t.Errorf("an unknown wire hold mode reads as %v, want hold", got)
 	}
 }
+
+func TestKeyOfFinding(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name                string
+		principal, clientID string
+		want                migration.FindingKey
+	}{
+		{"principal over client id", "User:bob", "app",
+			migration.FindingKey{Kind: migration.FindingAuthMissing, Topic: "t", Who: "User:bob"}},
+		{"client id without a principal", "", "app",
+			migration.FindingKey{Kind: migration.FindingAuthMissing, Topic: "t", Who: "app"}},
+		{"neither", "", "", migration.FindingKey{Kind: migration.FindingAuthMissing, Topic: "t"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := migration.KeyOfFinding(migration.FindingAuthMissing, "t", tc.principal, tc.clientID); got != tc.want {
+				t.Fatalf("KeyOfFinding(%q, %q) = %+v, want %+v", tc.principal, tc.clientID, got, tc.want)
+			}
+		})
+	}
+}

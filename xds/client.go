@@ -278,24 +278,18 @@ func (c *Client) setConnected(b bool) {
 	c.mu.Unlock()
 }
 
-func (c *Client) stream(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	st, err := discovery.NewAggregatedDiscoveryServiceClient(c.conn).StreamAggregatedResources(ctx)
-	if err != nil {
-		return err
-	}
-	c.mu.Lock()
-	routeVer, clusterVer := FormatVersion(c.acked), c.clusterVer
-	c.mu.Unlock()
-	if c.acked == 0 {
-		routeVer = ""
-	}
-	// Clusters first: routes name them.
-	for _, r := range []*discovery.DiscoveryRequest{
-		{Node: c.node, TypeUrl: ClusterType, VersionInfo: clusterVer},
-		{Node: c.node, TypeUrl: TopicRouteType, VersionInfo: routeVer},
-	} {
+// adsStream is one ADS stream as the client's loop uses it: state of the
+// world (DiscoveryRequest, DiscoveryResponse) or delta.
+type adsStream[Req, Resp any] interface {
+	Send(Req) error
+	Recv() (Resp, error)
+}
+
+// runStream runs one ADS stream of either protocol: it sends the
+// subscriptions, then answers every response with the ACK or NACK answer
+// makes of it, until the stream ends or answer ends it with an error.
+func runStream[Req, Resp any](c *Client, st adsStream[Req, Resp], subscribe []Req, answer func(Resp) (Req, error)) error {
+	for _, r := range subscribe {
 		if err := st.Send(r); err != nil {
 			return err
 		}
@@ -310,11 +304,39 @@ func (c *Client) stream(ctx context.Context) error {
 			return err
 		}
 		c.streamUp()
-		ack := c.apply(resp)
-		if err := st.Send(ack); err != nil {
+		req, err := answer(resp)
+		if err != nil {
+			return err
+		}
+		if err := st.Send(req); err != nil {
 			return err
 		}
 	}
+}
+
+// stream runs one state-of-the-world stream, subscribed with the versions
+// applied.
+func (c *Client) stream(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := discovery.NewAggregatedDiscoveryServiceClient(c.conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	acked, clusterVer := c.acked, c.clusterVer
+	c.mu.Unlock()
+	routeVer := ""
+	if acked > 0 {
+		routeVer = FormatVersion(acked)
+	}
+	// Clusters first: routes name them.
+	return runStream(c, st, []*discovery.DiscoveryRequest{
+		{Node: c.node, TypeUrl: ClusterType, VersionInfo: clusterVer},
+		{Node: c.node, TypeUrl: TopicRouteType, VersionInfo: routeVer},
+	}, func(resp *discovery.DiscoveryResponse) (*discovery.DiscoveryRequest, error) {
+		return c.apply(resp), nil
+	})
 }
 
 // older reports whether TopicRoute version v is below the one applied: a
@@ -408,6 +430,8 @@ func (c *Client) applyErr(resp *discovery.DiscoveryResponse) error {
 	}
 }
 
+// streamDelta runs one delta stream, subscribed with the versions of the
+// resources held.
 func (c *Client) streamDelta(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -417,39 +441,27 @@ func (c *Client) streamDelta(ctx context.Context) error {
 	}
 	// Clusters first: routes name them. "*" subscribes to every resource of
 	// the type; the versions held tell the server what not to send again.
+	var subscribe []*discovery.DeltaDiscoveryRequest
 	for i, typ := range []string{ClusterType, TopicRouteType} {
 		req := &discovery.DeltaDiscoveryRequest{TypeUrl: typ, ResourceNamesSubscribe: []string{"*"},
 			InitialResourceVersions: c.vers[typ]}
 		if i == 0 {
 			req.Node = c.node // the server keeps the node of a stream's first request
 		}
-		if err := st.Send(req); err != nil {
-			return err
-		}
+		subscribe = append(subscribe, req)
 	}
-	c.setConnected(true)
-	for {
-		resp, err := st.Recv()
-		if errors.Is(err, io.EOF) {
-			return errors.New("xds: server closed the stream")
-		}
-		if err != nil {
-			return err
-		}
-		c.streamUp()
+	return runStream(c, st, subscribe, func(resp *discovery.DeltaDiscoveryResponse) (*discovery.DeltaDiscoveryRequest, error) {
 		if resp.GetTypeUrl() == TopicRouteType {
 			if v, err := ParseVersion(resp.GetSystemVersionInfo()); err == nil && c.older(v) {
 				// An ACK would tell the server the client holds the older
 				// set, and its next deltas would be computed from that
 				// (a route removed meanwhile would never be removed here):
 				// start again, telling it what is held.
-				return errOlderRoutes
+				return nil, errOlderRoutes
 			}
 		}
-		if err := st.Send(c.applyDelta(resp)); err != nil {
-			return err
-		}
-	}
+		return c.applyDelta(resp), nil
+	})
 }
 
 // applyDelta applies one delta response, all of it or none, and returns its

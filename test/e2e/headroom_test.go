@@ -78,7 +78,7 @@ func TestHeadroom(t *testing.T) {
 
 	headroomOf := func(client string) []controlplane.Finding {
 		var out []controlplane.Finding
-		for _, f := range e.cp.OpenFindings(topic, controlplane.FindingHeadroom, 0) {
+		for _, f := range e.cp.OpenFindings(topic, migration.FindingHeadroom, 0) {
 			if f.ClientID == client {
 				out = append(out, f)
 			}
