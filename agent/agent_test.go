@@ -20,8 +20,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/baton-kafka/baton/agent"
+	"github.com/baton-kafka/baton/internal/embedded"
 	"github.com/baton-kafka/baton/migration"
-	"github.com/baton-kafka/baton/test/embedded"
 )
 
 type fixture struct {

@@ -14,10 +14,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/baton-kafka/baton/agent"
+	"github.com/baton-kafka/baton/internal/embedded"
 	"github.com/baton-kafka/baton/internal/recordbatch"
 	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/migration"
-	"github.com/baton-kafka/baton/test/embedded"
 )
 
 // An idempotent producer (franz-go's default) writes through the agent

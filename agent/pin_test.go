@@ -16,8 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/baton-kafka/baton/internal/embedded"
 	"github.com/baton-kafka/baton/internal/recordbatch"
-	"github.com/baton-kafka/baton/test/embedded"
 )
 
 // Two produce requests for one partition pipelined on one client

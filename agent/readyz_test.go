@@ -17,8 +17,8 @@ import (
 
 	"github.com/baton-kafka/baton/agent"
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/internal/embedded"
 	"github.com/baton-kafka/baton/internal/wait"
-	"github.com/baton-kafka/baton/test/embedded"
 	"github.com/baton-kafka/baton/xds"
 )
 

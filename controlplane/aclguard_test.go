@@ -12,7 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 
-	"github.com/baton-kafka/baton/test/embedded"
+	"github.com/baton-kafka/baton/internal/embedded"
 	"github.com/baton-kafka/baton/test/kafka"
 )
 

@@ -18,10 +18,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/internal/embedded"
 	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/replicator"
-	"github.com/baton-kafka/baton/test/embedded"
 	"github.com/baton-kafka/baton/xds"
 )
 

@@ -16,7 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
-	"github.com/baton-kafka/baton/test/embedded"
+	"github.com/baton-kafka/baton/internal/embedded"
 )
 
 // TestPlanReadsOverHTTP: GET /v1/clusters answers the clusters the

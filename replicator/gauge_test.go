@@ -13,9 +13,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/baton-kafka/baton/internal/embedded"
 	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/replicator"
-	"github.com/baton-kafka/baton/test/embedded"
 )
 
 // TestPartitionErrorGaugeFollowsTheError: a step fails (fetch:

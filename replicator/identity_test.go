@@ -9,8 +9,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/baton-kafka/baton/internal/embedded"
 	"github.com/baton-kafka/baton/internal/wait"
-	"github.com/baton-kafka/baton/test/embedded"
 )
 
 // TestCheckIdentitiesStopsACopiedTopicWhoseIDChanged: a topic deleted and

@@ -9,8 +9,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/baton-kafka/baton/internal/embedded"
 	"github.com/baton-kafka/baton/replicator"
-	"github.com/baton-kafka/baton/test/embedded"
 )
 
 // A rollback after Stop restarts the topic's copy (Start), and its fresh

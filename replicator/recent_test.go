@@ -13,9 +13,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
 
+	"github.com/baton-kafka/baton/internal/embedded"
 	"github.com/baton-kafka/baton/internal/recordbatch"
 	"github.com/baton-kafka/baton/replicator"
-	"github.com/baton-kafka/baton/test/embedded"
 )
 
 // Stop hands over, per partition and idempotent source producer session,

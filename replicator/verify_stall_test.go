@@ -11,7 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/baton-kafka/baton/test/embedded"
+	"github.com/baton-kafka/baton/internal/embedded"
 )
 
 // decodeClock is a clock that moves only when a batch is decoded, so that

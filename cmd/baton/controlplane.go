@@ -5,9 +5,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
-	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,7 +18,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -29,24 +29,8 @@ import (
 	"github.com/baton-kafka/baton/xds"
 )
 
-func newControlPlaneCmd() *cobra.Command {
-	var (
-		source, destination, grpcAddr, httpAddr, dataDir, endpoints, logLevel string
-		writeGuard, replPrincipal, apiTokensFile                              string
-		sourceFence, replication                                              string
-		grpcCert, grpcKey, grpcClientCA, agentIdentities                      string
-		httpCert, httpKey, httpClientCA, apiIdentities                        string
-		apiInsecure                                                           bool
-		lease, forward, timeout, bypassWatch, bypassGrace, forgottenWindow    time.Duration
-		txnWindow                                                             time.Duration
-		admin, replicaID, leaderLabelKey, leaderLabelPeers                    string
-		leaderTTL                                                             time.Duration
-		srcSASL, destSASL                                                     securityFlags
-	)
-	cmd := &cobra.Command{
-		Use:   "controlplane",
-		Short: "Run the control plane: xDS, leases, cutovers, event log, HTTP API",
-		Long: `Run the control plane. It serves TopicRoute and Cluster resources over xDS
+// controlPlaneLong is `baton controlplane --help`.
+const controlPlaneLong = `Run the control plane. It serves TopicRoute and Cluster resources over xDS
 (ADS) and the Lease service on --grpc, the HTTP API the CLI speaks on --http,
 keeps its state in etcd (embedded in --data-dir unless --etcd-endpoints names
 an external cluster), and replicates managed topics from --source to
@@ -78,332 +62,338 @@ refused instead of writing where nobody reads). With it, agents may keep
 forwarding REJECT and PROXY topics to the source while no control plane is
 reachable. --source-fence=auto (the default) fences when the source has an
 authorizer, with the --source-sasl-* credentials, whose principal must be
-allowed to alter and describe ACLs.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			log, err := newLogger(logLevel)
-			if err != nil {
-				return err
-			}
-			if replication != "in-process" && replication != "workers" {
-				return fmt.Errorf("--replication: %q is neither in-process nor workers", replication)
-			}
-			if bypassWatch < 0 {
-				return fmt.Errorf("--bypass-watch: %v is negative (0 turns the watch off)", bypassWatch)
-			}
-			if bypassGrace < 0 {
-				return fmt.Errorf("--bypass-grace: %v is negative (0: twice the lease)", bypassGrace)
-			}
-			if forgottenWindow < 0 {
-				return fmt.Errorf("--gate-forgotten-producer-window: %v is negative (0 turns the gate off)", forgottenWindow)
-			}
-			if txnWindow < 0 {
-				return fmt.Errorf("--gate-transactional-producer-window: %v is negative (0 turns the gate off)", txnWindow)
-			}
-			var tokens []controlplane.APIToken
-			if apiTokensFile != "" {
-				if tokens, err = controlplane.LoadAPITokens(apiTokensFile); err != nil {
-					return fmt.Errorf("--api-tokens-file: %w", err)
-				}
-			}
-			httpTLS, ids, err := httpSecurity(httpCert, httpKey, httpClientCA, apiIdentities)
-			if err != nil {
-				return err
-			}
-			if err := httpGuard(log, httpAddr, len(tokens) > 0, len(ids) > 0, httpTLS != nil, apiInsecure); err != nil {
-				return err
-			}
-			grpcCreds, nodeOpts, err := grpcSecurity(grpcCert, grpcKey, grpcClientCA, agentIdentities)
-			if err != nil {
-				return err
-			}
-			ll, err := newLeaderLabel(ctx, leaderLabelKey, leaderLabelPeers, endpoints, log)
-			if err != nil {
-				return err
-			}
-			var store *controlplane.EtcdStore
-			if endpoints != "" {
-				store, err = controlplane.OpenEtcd(ctx, splitList(endpoints))
-			} else {
-				if err := os.MkdirAll(dataDir, 0o700); err != nil {
-					return fmt.Errorf("--data-dir: %w", err)
-				}
-				store, err = controlplane.OpenEmbedded(ctx, dataDir)
-			}
-			if err != nil {
-				return err
-			}
-			defer store.Close()
-			clusters := controlplane.Clusters(&batonv1.Cluster{Name: "source", Bootstrap: splitList(source)},
-				&batonv1.Cluster{Name: "destination", Bootstrap: splitList(destination)})
-			xs := xds.NewServer(xds.WithLogger(log))
-			// With replicas, every one serves xDS and leases from the
-			// start: as a follower until elected (its gRPC services switch
-			// to the leader's then, on the same connections).
-			var (
-				lead    *controlplane.Leadership
-				g       *grpc.Server
-				gln     net.Listener
-				leaseSw controlplane.LeaseSwitch
-				replSw  controlplane.ReplicationSwitch
-			)
-			if endpoints != "" {
-				if replicaID == "" {
-					host, _ := os.Hostname()
-					replicaID = host + "/" + grpcAddr
-				}
-				fol, err := controlplane.NewFollower(ctx, store, append([]controlplane.Opt{controlplane.Logger(log),
-					controlplane.ReplicaID(replicaID), controlplane.WithXDS(xs), clusters,
-					controlplane.LeaseDuration(lease), controlplane.ForwardDeadline(forward)}, nodeOpts...)...)
-				if err != nil {
-					return err
-				}
-				if gln, err = net.Listen("tcp", grpcAddr); err != nil {
-					return fmt.Errorf("--grpc: %w", err)
-				}
-				g = grpc.NewServer(append(fol.ServerOptions(), grpc.Creds(grpcCreds))...)
-				xs.Register(g)
-				batonv1.RegisterLeaseServer(g, &leaseSw)
-				if replication == "workers" {
-					batonv1.RegisterReplicationServer(g, &replSw)
-				}
-				leaseSw.Set(fol)
-				go func() { _ = g.Serve(gln) }()
-				defer g.Stop()
-				fctx, stopFollowing := context.WithCancel(ctx)
-				followed := make(chan struct{})
-				go func() { defer close(followed); _ = fol.Run(fctx) }()
-				log.Info("following: serving xDS and leases from the state in etcd, campaigning for leader",
-					"replica", replicaID, "grpc", gln.Addr().String(), "etcd", endpoints)
-				lead, err = controlplane.Campaign(ctx, store, controlplane.Replica{ID: replicaID, GRPC: gln.Addr().String(),
-					Started: time.Now()}, leaderTTL) // the HTTP API is served once elected
-				// No grant of the follower's after this: the leader's
-				// start reads them all.
-				leaseSw.Set(nil)
-				stopFollowing()
-				<-followed
-				if err != nil && ctx.Err() != nil {
-					return nil // stopped while following
-				}
-				if err != nil {
-					return err
-				}
-				log.Info("elected leader", "replica", replicaID)
-				if ll != nil {
-					defer ll.stepDown() // also on a start that fails from here on
-				}
-				defer func() {
-					rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-					defer cancel()
-					_ = lead.Resign(rctx)
-				}()
-			}
-			sopts, err := srcSASL.opts()
-			if err != nil {
-				return err
-			}
-			dopts, err := destSASL.opts()
-			if err != nil {
-				return err
-			}
-			reg := prometheus.NewRegistry()
-			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-			var r *replicator.Replicator
-			switch replication {
-			case "in-process":
-				if r, err = replicator.New(replicator.Source(splitList(source)...), replicator.Registry(reg),
-					replicator.Destination(splitList(destination)...), replicator.Logger(log),
-					replicator.SourceClientOpts(sopts...), replicator.DestinationClientOpts(dopts...)); err != nil {
-					return err
-				}
-			}
-			dcl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(splitList(destination)...)}, dopts...)...)
-			if err != nil {
-				return err
-			}
-			defer dcl.Close()
-			if replPrincipal, err = replicatorPrincipal(ctx, replPrincipal, writeGuard, &destSASL); err != nil {
-				return err
-			}
-			guard, err := pickGuard(ctx, writeGuard, kadm.NewClient(dcl), replPrincipal)
-			if err != nil {
-				return err
-			}
-			if g, ok := guard.(*controlplane.ACLGuard); ok {
-				g.Owned = store // what the guard created, so that lifting it removes that and nothing else
-			}
-			log.Info("destination write guard", "guard", fmt.Sprintf("%T", guard), "replicator_principal", replPrincipal)
-			scl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(splitList(source)...)}, sopts...)...)
-			if err != nil {
-				return err
-			}
-			defer scl.Close()
-			fence, err := pickFence(ctx, sourceFence, scl)
-			if err != nil {
-				return err
-			}
-			if f, ok := fence.(*controlplane.ACLFence); ok {
-				f.Owned = store.FenceLedger() // what the fence created, so that a rollback removes that and nothing else
-				f.Term = leaderTTL            // an ACL change after a longer pause may be a deposed leader's
-				log.Info("source fence: a cutover denies writes to its topic on the source (DENY WRITE User:*), and agents " +
-					"may forward REJECT and PROXY topics without a lease")
-			} else {
-				log.Info("source fence: none (the source has no authorizer, or --source-fence=none): agents forward to the " +
-					"source only under a lease, and a control plane out of reach stalls producers after one lease")
-			}
-			var repl controlplane.Replication
-			var runRepl func(context.Context)
-			if r != nil {
-				repl = &controlplane.ReplicatorAdapter{R: r, Source: kadm.NewClient(scl)}
-				runRepl = func(ctx context.Context) { _ = r.Run(ctx) }
-			} else {
-				pool, err := controlplane.NewWorkerPool(kadm.NewClient(scl), lease, forward, takeoverMargin(lead, leaderTTL), log)
-				if err != nil {
-					return err
-				}
-				repl, runRepl = pool, pool.Run
-				log.Warn("replication by workers (baton replicator --control-plane): bypass detection and the forgotten-producer " +
-					"gate read every batch the in-process replicator copies and are off; run --replication=in-process where they matter")
-			}
-			cp, err := controlplane.New(ctx, append([]controlplane.Opt{controlplane.WithStore(store), controlplane.Logger(log),
-				controlplane.WithGuard(guard), controlplane.WithSourceFence(fence),
-				controlplane.WithReplication(repl),
-				controlplane.APITokens(tokens), controlplane.APIIdentities(ids),
-				controlplane.LeaseDuration(lease), controlplane.ForwardDeadline(forward), controlplane.CutoverTimeout(timeout),
-				controlplane.BypassWatch(bypassWatch), controlplane.BypassGrace(bypassGrace),
-				controlplane.ForgottenProducerWindow(forgottenWindow), controlplane.Registry(reg),
-				controlplane.WithTransactions(&controlplane.SourceTransactions{Admin: kadm.NewClient(scl)}),
-				controlplane.TransactionalProducerWindow(txnWindow),
-				controlplane.ReplicaID(replicaID), controlplane.TakeoverMargin(takeoverMargin(lead, leaderTTL)),
-				controlplane.WithXDS(xs), clusters}, nodeOpts...)...)
-			if err != nil {
-				return err
-			}
-			if g == nil {
-				if gln, err = net.Listen("tcp", grpcAddr); err != nil {
-					return fmt.Errorf("--grpc: %w", err)
-				}
-				g = grpc.NewServer(append(cp.ServerOptions(), grpc.Creds(grpcCreds))...)
-				cp.Register(g)
-				go func() { _ = g.Serve(gln) }()
-			} else {
-				leaseSw.Set(cp)
-				if w, ok := repl.(batonv1.ReplicationServer); ok {
-					replSw.Set(w)
-				}
-			}
-			hln, err := net.Listen("tcp", httpAddr)
-			if err != nil {
-				return fmt.Errorf("--http: %w", err)
-			}
-			hs := &http.Server{Handler: cp.Handler(), ReadHeaderTimeout: 5 * time.Second, TLSConfig: httpTLS}
-			api := "http://" + hln.Addr().String()
-			serve := func() error { return hs.Serve(hln) }
-			if httpTLS != nil {
-				api = "https://" + hln.Addr().String()
-				serve = func() error { return hs.ServeTLS(hln, "", "") } // the certificate is in TLSConfig
-			}
-			if admin != "" {
-				aln, err := net.Listen("tcp", admin)
-				if err != nil {
-					return fmt.Errorf("--admin: %w", err)
-				}
-				mux := http.NewServeMux()
-				mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-				as := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-				defer as.Close()
-				go func() { _ = as.Serve(aln) }()
-				log.Info("admin endpoints", "metrics", "http://"+aln.Addr().String()+"/metrics")
-			}
-			go func() { _ = serve() }()
-			// The replicator stops with the term: a replica that lost the
-			// election copies nothing more once it knows.
-			runCtx, stop := context.WithCancel(ctx)
-			defer stop()
-			go runRepl(runCtx)
-			if lead != nil {
-				if err := lead.Serving(ctx, gln.Addr().String(), api); err != nil {
-					log.Warn("recording this replica's addresses for `baton controlplane status`", "err", err)
-				}
-			}
-			log.Info("control plane up", "grpc", gln.Addr().String(), "http", api)
-			if ll != nil && lead != nil {
-				ll.serving(ctx) // only now: the API Service must not route to a replica not serving yet
-			}
-			lost := make(chan struct{})
-			if lead != nil {
-				go func() {
-					select {
-					case <-lead.Lost():
-						close(lost)
-						stop()
-					case <-runCtx.Done():
-					}
-				}()
-			}
-			err = cp.Run(runCtx)
-			select {
-			case <-lost:
-				err = errors.New("lost the leader election (the etcd session expired: etcd out of reach, or this process stalled): " +
-					"another replica leads now; this one wrote nothing since and exits for its supervisor to restart it as a follower")
-			default:
-			}
-			if ll != nil {
-				ll.stepDown() // before the API stops answering
-			}
-			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			_ = hs.Shutdown(sctx)
-			g.Stop()
-			return err
-		},
+allowed to alter and describe ACLs.`
+
+func newControlPlaneCmd() *cobra.Command {
+	fl := &controlPlaneFlags{}
+	cmd := &cobra.Command{
+		Use:   "controlplane",
+		Short: "Run the control plane: xDS, leases, cutovers, event log, HTTP API",
+		Long:  controlPlaneLong,
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return fl.run(cmd.Context()) },
 	}
+	fl.add(cmd)
+	cmd.AddCommand(newControlPlaneStatusCmd())
+	return cmd
+}
+
+// controlPlaneFlags are the flags of `baton controlplane`.
+type controlPlaneFlags struct {
+	source, destination, grpcAddr, httpAddr, dataDir, endpoints, logLevel string
+	writeGuard, replPrincipal, apiTokensFile                              string
+	sourceFence, replication                                              string
+	grpcCert, grpcKey, grpcClientCA, agentIdentities                      string
+	httpCert, httpKey, httpClientCA, apiIdentities                        string
+	apiInsecure                                                           bool
+	lease, forward, timeout, bypassWatch, bypassGrace, forgottenWindow    time.Duration
+	txnWindow                                                             time.Duration
+	admin, replicaID, leaderLabelKey, leaderLabelPeers                    string
+	leaderTTL                                                             time.Duration
+	srcSASL, destSASL                                                     securityFlags
+}
+
+// add adds fl to cmd.
+func (fl *controlPlaneFlags) add(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringVar(&source, "source", "", "source cluster bootstrap brokers, comma-separated (required)")
-	f.StringVar(&destination, "destination", "", "destination cluster bootstrap brokers, comma-separated (required)")
-	f.StringVar(&grpcAddr, "grpc", "127.0.0.1:18000", "address of xDS (ADS) and the Lease service")
-	f.StringVar(&httpAddr, "http", "127.0.0.1:18080", "address of the HTTP API")
-	f.StringVar(&dataDir, "data-dir", "baton-etcd", "embedded etcd data directory")
-	f.StringVar(&replication, "replication", "in-process", "who copies topics: in-process (this process's replicator) or workers (`baton replicator --control-plane` processes, which hold partition leases from this one)")
-	f.StringVar(&endpoints, "etcd-endpoints", "", "external etcd endpoints, comma-separated (instead of the embedded one); replicas on one etcd elect a leader")
-	f.StringVar(&replicaID, "replica-id", "", "this replica's name in the leader election and `baton controlplane status` (default: hostname/--grpc)")
-	f.StringVar(&leaderLabelKey, "leader-label", "", "in a Kubernetes pod (POD_NAME set, its service account allowed to patch pods): label the pod KEY=true while this replica leads, KEY=false otherwise, for a Service that routes the HTTP API to the leader (with --etcd-endpoints)")
-	f.StringVar(&leaderLabelPeers, "leader-label-peers", "", "with --leader-label: the other replicas' pods, comma-separated, labelled KEY=false by this replica when elected, before it labels its own pod KEY=true (a stalled former leader must not stay selected)")
-	f.DurationVar(&leaderTTL, "leader-ttl", controlplane.DefaultLeaderTTL, "etcd session of a replica: a dead leader is replaced after about this long (whole seconds)")
-	f.DurationVar(&lease, "lease", migration.DefaultLease, "agents' lease")
-	f.DurationVar(&forward, "forward-deadline", migration.DefaultForwardDeadline, "forward deadline F (below the lease)")
-	f.DurationVar(&timeout, "cutover-timeout", controlplane.DefaultCutoverTimeout, "bound of every cutover wait; gate: lag <= timeout/4")
-	f.DurationVar(&bypassWatch, "bypass-watch", controlplane.DefaultBypassWatch, "how long after COMPLETE the source's end offsets are watched for writes that bypass the agents (0: off)")
-	f.DurationVar(&bypassGrace, "bypass-grace", 0, "how long a batch read from a PROXY topic's source waits for every agent that may have written it to report past it; past it the batch is unattributable, never a bypass (default: twice the lease)")
-	f.DurationVar(&forgottenWindow, "gate-forgotten-producer-window", controlplane.DefaultForgottenProducerWindow,
+	f.StringVar(&fl.source, "source", "", "source cluster bootstrap brokers, comma-separated (required)")
+	f.StringVar(&fl.destination, "destination", "", "destination cluster bootstrap brokers, comma-separated (required)")
+	f.StringVar(&fl.grpcAddr, "grpc", "127.0.0.1:18000", "address of xDS (ADS) and the Lease service")
+	f.StringVar(&fl.httpAddr, "http", "127.0.0.1:18080", "address of the HTTP API")
+	f.StringVar(&fl.dataDir, "data-dir", "baton-etcd", "embedded etcd data directory")
+	f.StringVar(&fl.replication, "replication", "in-process", "who copies topics: in-process (this process's replicator) or workers (`baton replicator --control-plane` processes, which hold partition leases from this one)")
+	f.StringVar(&fl.endpoints, "etcd-endpoints", "", "external etcd endpoints, comma-separated (instead of the embedded one); replicas on one etcd elect a leader")
+	f.StringVar(&fl.replicaID, "replica-id", "", "this replica's name in the leader election and `baton controlplane status` (default: hostname/--grpc)")
+	f.StringVar(&fl.leaderLabelKey, "leader-label", "", "in a Kubernetes pod (POD_NAME set, its service account allowed to patch pods): label the pod KEY=true while this replica leads, KEY=false otherwise, for a Service that routes the HTTP API to the leader (with --etcd-endpoints)")
+	f.StringVar(&fl.leaderLabelPeers, "leader-label-peers", "", "with --leader-label: the other replicas' pods, comma-separated, labelled KEY=false by this replica when elected, before it labels its own pod KEY=true (a stalled former leader must not stay selected)")
+	f.DurationVar(&fl.leaderTTL, "leader-ttl", controlplane.DefaultLeaderTTL, "etcd session of a replica: a dead leader is replaced after about this long (whole seconds)")
+	f.DurationVar(&fl.lease, "lease", migration.DefaultLease, "agents' lease")
+	f.DurationVar(&fl.forward, "forward-deadline", migration.DefaultForwardDeadline, "forward deadline F (below the lease)")
+	f.DurationVar(&fl.timeout, "cutover-timeout", controlplane.DefaultCutoverTimeout, "bound of every cutover wait; gate: lag <= timeout/4")
+	f.DurationVar(&fl.bypassWatch, "bypass-watch", controlplane.DefaultBypassWatch, "how long after COMPLETE the source's end offsets are watched for writes that bypass the agents (0: off)")
+	f.DurationVar(&fl.bypassGrace, "bypass-grace", 0, "how long a batch read from a PROXY topic's source waits for every agent that may have written it to report past it; past it the batch is unattributable, never a bypass (default: twice the lease)")
+	f.DurationVar(&fl.forgottenWindow, "gate-forgotten-producer-window", controlplane.DefaultForgottenProducerWindow,
 		"the forgotten-producer cutover gate refuses a topic written by a producer that bypassed the agents within this window (0: gate off)")
-	f.DurationVar(&txnWindow, "gate-transactional-producer-window", controlplane.DefaultTransactionalProducerWindow,
+	f.DurationVar(&fl.txnWindow, "gate-transactional-producer-window", controlplane.DefaultTransactionalProducerWindow,
 		"the transactional-producer cutover gate refuses a topic with a transaction open on the source, or written by a transactional producer within this window (0: gate off)")
-	f.StringVar(&admin, "admin", "", "address of /metrics, the control plane's and its replicator's, e.g. 127.0.0.1:9406 (default: off)")
-	f.StringVar(&apiTokensFile, "api-tokens-file", "", "YAML list of the HTTP API's callers (name, role read-only or operator, sha256 of the token); every request then needs a bearer token")
-	f.StringVar(&grpcCert, "grpc-tls-cert", "", "PEM certificate the gRPC port (xDS, leases) serves TLS with (with --grpc-tls-key)")
-	f.StringVar(&grpcKey, "grpc-tls-key", "", "PEM key of --grpc-tls-cert")
-	f.StringVar(&grpcClientCA, "grpc-client-ca", "", "PEM CA bundle agents' client certificates must chain to (mTLS): an agent then may name only node ids its certificate vouches for")
-	f.StringVar(&agentIdentities, "agent-identities", "", "YAML list mapping certificate identities (URI SAN, DNS SAN or CN) to the node ids they may use (with --grpc-client-ca)")
-	f.StringVar(&httpCert, "http-tls-cert", "", "PEM certificate the HTTP API serves HTTPS with (with --http-tls-key)")
-	f.StringVar(&httpKey, "http-tls-key", "", "PEM key of --http-tls-cert")
-	f.StringVar(&httpClientCA, "http-client-ca", "", "PEM CA bundle that verifies the client certificates API callers send (mTLS; with --api-identities)")
-	f.StringVar(&apiIdentities, "api-identities", "", "YAML list mapping client certificate identities (URI SAN, DNS SAN or CN, exact or a pattern) to a name and a role, read-only or operator (with --http-client-ca)")
-	f.BoolVar(&apiInsecure, "api-insecure", false, "serve the HTTP API without credentials (no --api-tokens-file, no --api-identities) on an address other than loopback")
-	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
-	f.StringVar(&writeGuard, "write-guard", "auto", "destination write guard: auto (ACLs if the destination has an authorizer), acl or none")
-	f.StringVar(&sourceFence, "source-fence", "auto", "source fence at each cutover: auto (an ACL if the source has an authorizer), acl or none")
-	f.StringVar(&replPrincipal, "replicator-principal", "", `the replicator's principal on the destination, exempt from the guard (default: User:<--destination-sasl-user>, with OAUTHBEARER User:<the token's sub claim>, User:ANONYMOUS without SASL or a client certificate, for which --write-guard=auto runs without a guard and warns; with a client certificate it must be named)`)
-	srcSASL.add(f, "source")
-	destSASL.add(f, "destination")
+	f.StringVar(&fl.admin, "admin", "", "address of /metrics, the control plane's and its replicator's, e.g. 127.0.0.1:9406 (default: off)")
+	f.StringVar(&fl.apiTokensFile, "api-tokens-file", "", "YAML list of the HTTP API's callers (name, role read-only or operator, sha256 of the token); every request then needs a bearer token")
+	f.StringVar(&fl.grpcCert, "grpc-tls-cert", "", "PEM certificate the gRPC port (xDS, leases) serves TLS with (with --grpc-tls-key)")
+	f.StringVar(&fl.grpcKey, "grpc-tls-key", "", "PEM key of --grpc-tls-cert")
+	f.StringVar(&fl.grpcClientCA, "grpc-client-ca", "", "PEM CA bundle agents' client certificates must chain to (mTLS): an agent then may name only node ids its certificate vouches for")
+	f.StringVar(&fl.agentIdentities, "agent-identities", "", "YAML list mapping certificate identities (URI SAN, DNS SAN or CN) to the node ids they may use (with --grpc-client-ca)")
+	f.StringVar(&fl.httpCert, "http-tls-cert", "", "PEM certificate the HTTP API serves HTTPS with (with --http-tls-key)")
+	f.StringVar(&fl.httpKey, "http-tls-key", "", "PEM key of --http-tls-cert")
+	f.StringVar(&fl.httpClientCA, "http-client-ca", "", "PEM CA bundle that verifies the client certificates API callers send (mTLS; with --api-identities)")
+	f.StringVar(&fl.apiIdentities, "api-identities", "", "YAML list mapping client certificate identities (URI SAN, DNS SAN or CN, exact or a pattern) to a name and a role, read-only or operator (with --http-client-ca)")
+	f.BoolVar(&fl.apiInsecure, "api-insecure", false, "serve the HTTP API without credentials (no --api-tokens-file, no --api-identities) on an address other than loopback")
+	f.StringVar(&fl.logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&fl.writeGuard, "write-guard", "auto", "destination write guard: auto (ACLs if the destination has an authorizer), acl or none")
+	f.StringVar(&fl.sourceFence, "source-fence", "auto", "source fence at each cutover: auto (an ACL if the source has an authorizer), acl or none")
+	f.StringVar(&fl.replPrincipal, "replicator-principal", "", `the replicator's principal on the destination, exempt from the guard (default: User:<--destination-sasl-user>, with OAUTHBEARER User:<the token's sub claim>, User:ANONYMOUS without SASL or a client certificate, for which --write-guard=auto runs without a guard and warns; with a client certificate it must be named)`)
+	fl.srcSASL.add(f, "source")
+	fl.destSASL.add(f, "destination")
 	markAddrs(f, addrDial, "source", "destination")
 	markAddrs(f, addrListen, "grpc", "http", "admin")
 	markAddrs(f, addrEtcd, "etcd-endpoints")
 	_ = cmd.MarkFlagRequired("source")
 	_ = cmd.MarkFlagRequired("destination")
-	cmd.AddCommand(newControlPlaneStatusCmd())
-	return cmd
+}
+
+// run wires a controlplane.Lifecycle from the flags and runs it.
+func (fl *controlPlaneFlags) run(ctx context.Context) error {
+	log, err := newLogger(fl.logLevel)
+	if err != nil {
+		return err
+	}
+	if err := fl.check(); err != nil {
+		return err
+	}
+	sec, err := fl.security(log)
+	if err != nil {
+		return err
+	}
+	ll, err := newLeaderLabel(ctx, fl.leaderLabelKey, fl.leaderLabelPeers, fl.endpoints, log)
+	if err != nil {
+		return err
+	}
+	store, err := fl.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	if fl.endpoints != "" && fl.replicaID == "" {
+		host, _ := os.Hostname()
+		fl.replicaID = host + "/" + fl.grpcAddr
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	w := &leaderWiring{fl: fl, sec: sec, log: log, store: store, reg: reg, xs: xds.NewServer(xds.WithLogger(log)),
+		clusters: controlplane.Clusters(&batonv1.Cluster{Name: "source", Bootstrap: splitList(fl.source)},
+			&batonv1.Cluster{Name: "destination", Bootstrap: splitList(fl.destination)})}
+	defer w.close()
+	lc := &controlplane.Lifecycle{Store: store, Elect: fl.endpoints != "", ReplicaID: fl.replicaID, LeaderTTL: fl.leaderTTL,
+		Follow: w.followerOpts(), FollowerReplication: fl.replication == "workers",
+		GRPC: fl.grpcAddr, GRPCCreds: sec.grpcCreds, HTTP: fl.httpAddr, HTTPTLS: sec.httpTLS,
+		Admin: fl.admin, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Lead: w.lead, Log: log}
+	if ll != nil {
+		lc.Marker = ll
+	}
+	err = lc.Run(ctx)
+	if le := (*controlplane.ListenError)(nil); errors.As(err, &le) {
+		return fmt.Errorf("--%s: %w", le.Port, le.Err)
+	}
+	return err
+}
+
+// check refuses a flag out of range, naming it.
+func (fl *controlPlaneFlags) check() error {
+	switch {
+	case fl.replication != "in-process" && fl.replication != "workers":
+		return fmt.Errorf("--replication: %q is neither in-process nor workers", fl.replication)
+	case fl.bypassWatch < 0:
+		return fmt.Errorf("--bypass-watch: %v is negative (0 turns the watch off)", fl.bypassWatch)
+	case fl.bypassGrace < 0:
+		return fmt.Errorf("--bypass-grace: %v is negative (0: twice the lease)", fl.bypassGrace)
+	case fl.forgottenWindow < 0:
+		return fmt.Errorf("--gate-forgotten-producer-window: %v is negative (0 turns the gate off)", fl.forgottenWindow)
+	case fl.txnWindow < 0:
+		return fmt.Errorf("--gate-transactional-producer-window: %v is negative (0 turns the gate off)", fl.txnWindow)
+	}
+	return nil
+}
+
+// controlPlaneSecurity is who may call the HTTP API and the gRPC port, and
+// how they are served.
+type controlPlaneSecurity struct {
+	tokens    []controlplane.APIToken
+	httpTLS   *tls.Config
+	ids       []controlplane.APIIdentity
+	grpcCreds credentials.TransportCredentials
+	nodeOpts  []controlplane.Opt // the node identity check, with --grpc-client-ca
+}
+
+// security reads the API tokens, the API identities and the TLS material
+// the flags name, and refuses an HTTP API open to anyone off loopback
+// (httpGuard).
+func (fl *controlPlaneFlags) security(log *slog.Logger) (controlPlaneSecurity, error) {
+	var (
+		sec controlPlaneSecurity
+		err error
+	)
+	if fl.apiTokensFile != "" {
+		if sec.tokens, err = controlplane.LoadAPITokens(fl.apiTokensFile); err != nil {
+			return sec, fmt.Errorf("--api-tokens-file: %w", err)
+		}
+	}
+	if sec.httpTLS, sec.ids, err = httpSecurity(fl.httpCert, fl.httpKey, fl.httpClientCA, fl.apiIdentities); err != nil {
+		return sec, err
+	}
+	if err := httpGuard(log, fl.httpAddr, len(sec.tokens) > 0, len(sec.ids) > 0, sec.httpTLS != nil, fl.apiInsecure); err != nil {
+		return sec, err
+	}
+	sec.grpcCreds, sec.nodeOpts, err = grpcSecurity(fl.grpcCert, fl.grpcKey, fl.grpcClientCA, fl.agentIdentities)
+	return sec, err
+}
+
+// openStore opens the external etcd of --etcd-endpoints, else the embedded
+// one in --data-dir.
+func (fl *controlPlaneFlags) openStore(ctx context.Context) (*controlplane.EtcdStore, error) {
+	if fl.endpoints != "" {
+		return controlplane.OpenEtcd(ctx, splitList(fl.endpoints))
+	}
+	if err := os.MkdirAll(fl.dataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("--data-dir: %w", err)
+	}
+	return controlplane.OpenEmbedded(ctx, fl.dataDir)
+}
+
+// leaderWiring builds a replica's term as leader (lead) from the flags:
+// the Kafka clients, the guard, the fence, replication and the control
+// plane; the follower's options (followerOpts) match the leader's.
+type leaderWiring struct {
+	fl       *controlPlaneFlags
+	sec      controlPlaneSecurity
+	log      *slog.Logger
+	store    *controlplane.EtcdStore
+	reg      *prometheus.Registry
+	xs       *xds.Server // the follower's and then the leader's, on the same gRPC connections
+	clusters controlplane.Opt
+	closers  []func() // the term's Kafka clients, closed when the process stops
+}
+
+// close closes the Kafka clients lead opened.
+func (w *leaderWiring) close() {
+	for _, c := range slices.Backward(w.closers) {
+		c()
+	}
+}
+
+// followerOpts are NewFollower's options, the ones of New's that matter to
+// a follower with the same values.
+func (w *leaderWiring) followerOpts() []controlplane.Opt {
+	return append([]controlplane.Opt{controlplane.Logger(w.log), controlplane.ReplicaID(w.fl.replicaID),
+		controlplane.WithXDS(w.xs), w.clusters, controlplane.LeaseDuration(w.fl.lease),
+		controlplane.ForwardDeadline(w.fl.forward)}, w.sec.nodeOpts...)
+}
+
+// lead builds the term's control plane (controlplane.Lifecycle's Lead).
+func (w *leaderWiring) lead(ctx context.Context, margin time.Duration) (*controlplane.Term, error) {
+	fl := w.fl
+	sopts, err := fl.srcSASL.opts()
+	if err != nil {
+		return nil, err
+	}
+	dopts, err := fl.destSASL.opts()
+	if err != nil {
+		return nil, err
+	}
+	var r *replicator.Replicator
+	switch fl.replication {
+	case "in-process":
+		if r, err = replicator.New(replicator.Source(splitList(fl.source)...), replicator.Registry(w.reg),
+			replicator.Destination(splitList(fl.destination)...), replicator.Logger(w.log),
+			replicator.SourceClientOpts(sopts...), replicator.DestinationClientOpts(dopts...)); err != nil {
+			return nil, err
+		}
+	}
+	dcl, err := w.client(fl.destination, dopts)
+	if err != nil {
+		return nil, err
+	}
+	guard, err := w.destinationGuard(ctx, dcl)
+	if err != nil {
+		return nil, err
+	}
+	scl, err := w.client(fl.source, sopts)
+	if err != nil {
+		return nil, err
+	}
+	fence, err := w.sourceFence(ctx, scl)
+	if err != nil {
+		return nil, err
+	}
+	repl, replicate, err := w.replication(r, scl, margin)
+	if err != nil {
+		return nil, err
+	}
+	cp, err := controlplane.New(ctx, append([]controlplane.Opt{controlplane.WithStore(w.store), controlplane.Logger(w.log),
+		controlplane.WithGuard(guard), controlplane.WithSourceFence(fence),
+		controlplane.WithReplication(repl),
+		controlplane.APITokens(w.sec.tokens), controlplane.APIIdentities(w.sec.ids),
+		controlplane.LeaseDuration(fl.lease), controlplane.ForwardDeadline(fl.forward), controlplane.CutoverTimeout(fl.timeout),
+		controlplane.BypassWatch(fl.bypassWatch), controlplane.BypassGrace(fl.bypassGrace),
+		controlplane.ForgottenProducerWindow(fl.forgottenWindow), controlplane.Registry(w.reg),
+		controlplane.WithTransactions(&controlplane.SourceTransactions{Admin: kadm.NewClient(scl)}),
+		controlplane.TransactionalProducerWindow(fl.txnWindow),
+		controlplane.ReplicaID(fl.replicaID), controlplane.TakeoverMargin(margin),
+		controlplane.WithXDS(w.xs), w.clusters}, w.sec.nodeOpts...)...)
+	if err != nil {
+		return nil, err
+	}
+	return &controlplane.Term{CP: cp, Replicate: replicate}, nil
+}
+
+// client returns a Kafka client of brokers (comma-separated), closed when
+// the process stops.
+func (w *leaderWiring) client(brokers string, opts []kgo.Opt) (*kgo.Client, error) {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(splitList(brokers)...)}, opts...)...)
+	if err != nil {
+		return nil, err
+	}
+	w.closers = append(w.closers, cl.Close)
+	return cl, nil
+}
+
+// destinationGuard returns the write guard of --write-guard on the
+// destination dcl, exempting the replicator's principal.
+func (w *leaderWiring) destinationGuard(ctx context.Context, dcl *kgo.Client) (controlplane.WriteGuard, error) {
+	principal, err := replicatorPrincipal(ctx, w.fl.replPrincipal, w.fl.writeGuard, &w.fl.destSASL)
+	if err != nil {
+		return nil, err
+	}
+	guard, err := pickGuard(ctx, w.fl.writeGuard, kadm.NewClient(dcl), principal)
+	if err != nil {
+		return nil, err
+	}
+	if g, ok := guard.(*controlplane.ACLGuard); ok {
+		g.Owned = w.store // what the guard created, so that lifting it removes that and nothing else
+	}
+	w.log.Info("destination write guard", "guard", fmt.Sprintf("%T", guard), "replicator_principal", principal)
+	return guard, nil
+}
+
+// sourceFence returns the fence of --source-fence on the source scl.
+func (w *leaderWiring) sourceFence(ctx context.Context, scl *kgo.Client) (controlplane.SourceFence, error) {
+	fence, err := pickFence(ctx, w.fl.sourceFence, scl)
+	if err != nil {
+		return nil, err
+	}
+	if f, ok := fence.(*controlplane.ACLFence); ok {
+		f.Owned = w.store.FenceLedger() // what the fence created, so that a rollback removes that and nothing else
+		f.Term = w.fl.leaderTTL         // an ACL change after a longer pause may be a deposed leader's
+		w.log.Info("source fence: a cutover denies writes to its topic on the source (DENY WRITE User:*), and agents " +
+			"may forward REJECT and PROXY topics without a lease")
+	} else {
+		w.log.Info("source fence: none (the source has no authorizer, or --source-fence=none): agents forward to the " +
+			"source only under a lease, and a control plane out of reach stalls producers after one lease")
+	}
+	return fence, nil
+}
+
+// replication returns the term's replication and what runs it: r in
+// process, or without r (--replication=workers) a pool of workers.
+func (w *leaderWiring) replication(r *replicator.Replicator, scl *kgo.Client, margin time.Duration) (controlplane.Replication, func(context.Context), error) {
+	if r != nil {
+		return &controlplane.ReplicatorAdapter{R: r, Source: kadm.NewClient(scl)}, func(ctx context.Context) { _ = r.Run(ctx) }, nil
+	}
+	pool, err := controlplane.NewWorkerPool(kadm.NewClient(scl), w.fl.lease, w.fl.forward, margin, w.log)
+	if err != nil {
+		return nil, nil, err
+	}
+	w.log.Warn("replication by workers (baton replicator --control-plane): bypass detection and the forgotten-producer " +
+		"gate read every batch the in-process replicator copies and are off; run --replication=in-process where they matter")
+	return pool, pool.Run, nil
 }
 
 // pickFence returns the source fence --source-fence names.
@@ -597,14 +587,4 @@ func grpcSecurity(certFile, keyFile, clientCA, identities string) (credentials.T
 		}
 	}
 	return credentials.NewTLS(cfg), []controlplane.Opt{controlplane.NodeIdentity(rules)}, nil
-}
-
-// takeoverMargin is how long a replica that led before this one may still
-// have granted leases after this one started: its session's TTL, with an
-// election; none for a single control plane.
-func takeoverMargin(lead *controlplane.Leadership, ttl time.Duration) time.Duration {
-	if lead == nil {
-		return 0
-	}
-	return ttl
 }

@@ -20,8 +20,8 @@ import (
 
 	"github.com/baton-kafka/baton/controlplane"
 	"github.com/baton-kafka/baton/deploy"
+	"github.com/baton-kafka/baton/internal/embedded"
 	"github.com/baton-kafka/baton/internal/wait"
-	"github.com/baton-kafka/baton/test/embedded"
 )
 
 var (

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/baton-kafka/baton/examples/demo"
+	"github.com/baton-kafka/baton/internal/demo"
 )
 
 func newDemoCmd() *cobra.Command {

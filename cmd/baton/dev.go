@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/baton-kafka/baton/test/embedded"
+	"github.com/baton-kafka/baton/internal/embedded"
 )
 
 func newDevCmd() *cobra.Command {

@@ -18,10 +18,10 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 
 	"github.com/baton-kafka/baton/agent"
+	"github.com/baton-kafka/baton/internal/embedded"
 	"github.com/baton-kafka/baton/internal/testlog"
 	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/migration"
-	"github.com/baton-kafka/baton/test/embedded"
 	"github.com/baton-kafka/baton/test/etcdcluster"
 	"github.com/baton-kafka/baton/test/kafka"
 )

@@ -12,8 +12,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/internal/embedded"
 	"github.com/baton-kafka/baton/internal/wait"
-	"github.com/baton-kafka/baton/test/embedded"
 )
 
 // TestMigrateGatesFromTheCLI: `baton topic migrate` refuses while a gate

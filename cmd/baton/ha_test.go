@@ -18,9 +18,9 @@ import (
 
 	"github.com/baton-kafka/baton/agent"
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/internal/embedded"
 	"github.com/baton-kafka/baton/internal/testlog"
 	"github.com/baton-kafka/baton/internal/wait"
-	"github.com/baton-kafka/baton/test/embedded"
 	"github.com/baton-kafka/baton/test/etcdcluster"
 	"github.com/baton-kafka/baton/xds"
 )

@@ -93,11 +93,11 @@ func newLeaderLabel(ctx context.Context, key, peers, endpoints string, log *slog
 	return l, nil
 }
 
-// serving labels the peers' pods "false", then this pod "true", retrying
-// in the background until done or stepDown; a failure is logged at WARN
+// Serving labels the peers' pods "false", then this pod "true", retrying
+// in the background until done or StepDown; a failure is logged at WARN
 // once: meanwhile the API Service routes to no replica. A peer pod that
 // does not exist (fewer replicas) is done.
-func (l *leaderLabel) serving(ctx context.Context) {
+func (l *leaderLabel) Serving(ctx context.Context) {
 	ctx, l.stop = context.WithCancel(ctx)
 	l.done.Add(1)
 	go func() {
@@ -140,11 +140,11 @@ func (l *leaderLabel) label(ctx context.Context, peers *[]string) error {
 	return l.pod.Set(ctx, l.key, "true")
 }
 
-// stepDown stops serving's retries and labels the pod "false", trying for
+// StepDown stops Serving's retries and labels the pod "false", trying for
 // 2 s: a replica that cannot leaves that to its successor process in the
-// pod (newLeaderLabel), to the next leader (serving), or to the pod's
+// pod (newLeaderLabel), to the next leader (Serving), or to the pod's
 // deletion. Called more than once, it acts once.
-func (l *leaderLabel) stepDown() {
+func (l *leaderLabel) StepDown() {
 	l.once.Do(func() {
 		if l.stop != nil {
 			l.stop()

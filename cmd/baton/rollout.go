@@ -31,18 +31,34 @@ func newRolloutCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "rollout", Short: "Per-namespace rollout: status, one wave, or a plan's waves in order", Long: rolloutLong}
 	api := apiFlags(cmd, &output)
 	cmd.PersistentFlags().StringVar(&actor, "actor", "cli", "who is acting, for the event log (ignored by a control plane that requires credentials)")
-	client := func() (*controlplane.APIClient, error) {
-		if err := checkOutput(output); err != nil {
-			return nil, err
-		}
-		return api()
-	}
+	ra := rolloutAPI{api: api, output: &output, actor: &actor}
+	cmd.AddCommand(newRolloutStatusCmd(ra), newRolloutWaveCmd(ra), newRolloutRunCmd(ra))
+	return cmd
+}
 
-	status := &cobra.Command{
+// rolloutAPI is what the rollout subcommands share: the API client's
+// flags, -o and --actor.
+type rolloutAPI struct {
+	api    func() (*controlplane.APIClient, error)
+	output *string
+	actor  *string
+}
+
+// client checks -o and makes the API client.
+func (ra rolloutAPI) client() (*controlplane.APIClient, error) {
+	if err := checkOutput(*ra.output); err != nil {
+		return nil, err
+	}
+	return ra.api()
+}
+
+// newRolloutStatusCmd is `baton rollout status`: GET /v1/rollout.
+func newRolloutStatusCmd(ra rolloutAPI) *cobra.Command {
+	return &cobra.Command{
 		Use: "status", Short: "Per namespace: agents, acked versions, leases, topics written; per topic: writers, state, bypassing producers",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, err := client()
+			cl, err := ra.client()
 			if err != nil {
 				return err
 			}
@@ -50,13 +66,16 @@ func newRolloutCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if output == "json" {
+			if *ra.output == "json" {
 				return printJSON(cmd.OutOrStdout(), ro)
 			}
 			return printRollout(cmd.OutOrStdout(), ro)
 		},
 	}
+}
 
+// newRolloutWaveCmd is `baton rollout wave`: one wave.
+func newRolloutWaveCmd(ra rolloutAPI) *cobra.Command {
 	var wf waveFlags
 	wave := &cobra.Command{
 		Use:   "wave --namespaces NS[,NS...]",
@@ -75,19 +94,23 @@ restarted, name the namespaces of the waves before with --after.
 			if err := wf.check(); err != nil {
 				return err
 			}
-			cl, err := client()
+			cl, err := ra.client()
 			if err != nil {
 				return err
 			}
 			req := controlplane.WaveRequest{Wave: controlplane.Wave{Name: wf.name, Namespaces: wf.namespaces,
 				Until: controlplane.WaveUntil{Complete: wf.complete, NoForgottenProducers: wf.noForgotten, Soak: wf.soak}},
 				After: wf.after, Force: wf.force}
-			rw := rolloutWaves{cl: cl, out: cmd.OutOrStdout(), json: output == "json", actor: actor, timeout: wf.timeout}
+			rw := rolloutWaves{cl: cl, out: cmd.OutOrStdout(), json: *ra.output == "json", actor: *ra.actor, timeout: wf.timeout}
 			return rw.run(cmd.Context(), req, wf.wait)
 		},
 	}
 	wf.register(wave)
+	return wave
+}
 
+// newRolloutRunCmd is `baton rollout run`: a plan's waves in order.
+func newRolloutRunCmd(ra rolloutAPI) *cobra.Command {
 	var file string
 	var timeout time.Duration
 	run := &cobra.Command{
@@ -118,7 +141,7 @@ select: the plan's topics are baton apply's.
 			if len(p.Waves) == 0 {
 				return fmt.Errorf("%s: the plan has no waves: (nothing to roll out)", file)
 			}
-			cl, err := client()
+			cl, err := ra.client()
 			if err != nil {
 				return err
 			}
@@ -129,15 +152,13 @@ select: the plan's topics are baton apply's.
 			if err := p.CheckClusters(cv); err != nil {
 				return err
 			}
-			rw := rolloutWaves{cl: cl, out: cmd.OutOrStdout(), json: output == "json", actor: actor, timeout: timeout}
+			rw := rolloutWaves{cl: cl, out: cmd.OutOrStdout(), json: *ra.output == "json", actor: *ra.actor, timeout: timeout}
 			return rw.runPlan(cmd.Context(), p)
 		},
 	}
 	run.Flags().StringVarP(&file, "file", "f", "", "the plan (YAML) whose waves run")
 	run.Flags().DurationVar(&timeout, "timeout", 0, "stop waiting for a cutover, or for a wave's conditions, after this long (exit 3); 0: until the outcome")
-
-	cmd.AddCommand(status, wave, run)
-	return cmd
+	return run
 }
 
 const waveExitCodes = `Exit codes:

@@ -14,8 +14,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/baton-kafka/baton/internal/embedded"
 	"github.com/baton-kafka/baton/internal/testcert"
-	"github.com/baton-kafka/baton/test/embedded"
 )
 
 func TestSASLFlags(t *testing.T) {

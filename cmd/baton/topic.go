@@ -35,9 +35,16 @@ func newTopicCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "topic", Short: "Manage topics on a running control plane (add, list, status, shadow, migrate, abort, proxy, reject, remove)"}
 	api := apiFlags(cmd, &output)
 	cmd.PersistentFlags().StringVar(&actor, "actor", "cli", "who is acting, for the event log (ignored by a control plane that requires credentials: it records the caller's name)")
+	ta := topicAPI{api: api, output: &output, actor: &actor, print: topicPrinter(&output)}
+	cmd.AddCommand(newTopicAddCmd(ta), newTopicListCmd(ta), newTopicStatusCmd(ta), newTopicShadowCmd(ta), newMigrateCmd(ta),
+		newTopicAbortCmd(ta), newStateVerbCmd(ta, migration.Proxy), newStateVerbCmd(ta, migration.Reject), newRemoveCmd(ta))
+	return cmd
+}
 
-	printTopics := func(cmd *cobra.Command, ts []controlplane.Topic) error {
-		if output == "json" {
+// topicPrinter prints topics as -o (output) says: a table, or JSON.
+func topicPrinter(output *string) func(*cobra.Command, []controlplane.Topic) error {
+	return func(cmd *cobra.Command, ts []controlplane.Topic) error {
+		if *output == "json" {
 			return printJSON(cmd.OutOrStdout(), ts)
 		}
 		w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
@@ -47,31 +54,34 @@ func newTopicCmd() *cobra.Command {
 		}
 		return w.Flush()
 	}
+}
 
+// newTopicAddCmd is `baton topic add`: POST /v1/topics.
+func newTopicAddCmd(ta topicAPI) *cobra.Command {
 	var state, mode, namespaces string
 	var holdMax time.Duration
 	var latencyEmulation, authCheck, authEnforce, headroomOn bool
 	add := &cobra.Command{
 		Use: "add TOPIC", Short: "Start managing a topic (REJECT or PROXY)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(output); err != nil {
+			if err := checkOutput(*ta.output); err != nil {
 				return err
 			}
 			st, err := migration.ParseState(state)
 			if err != nil {
 				return fmt.Errorf("--state: %w", err)
 			}
-			cl, err := api()
+			cl, err := ta.api()
 			if err != nil {
 				return err
 			}
 			t, err := cl.Add(cmd.Context(), controlplane.TopicSpec{Name: args[0], State: st, Mode: mode, HoldMax: holdMax,
 				Target: xds.Target{Namespaces: splitList(namespaces)}, Shadow: controlplane.Shadow{LatencyEmulation: latencyEmulation,
-					AuthCheck: authCheck || authEnforce, AuthEnforce: authEnforce, Headroom: headroomOn}}, actor)
+					AuthCheck: authCheck || authEnforce, AuthEnforce: authEnforce, Headroom: headroomOn}}, *ta.actor)
 			if err != nil {
 				return err
 			}
-			return printTopics(cmd, []controlplane.Topic{t})
+			return ta.print(cmd, []controlplane.Topic{t})
 		},
 	}
 	add.Flags().StringVar(&state, "state", "PROXY", "REJECT or PROXY")
@@ -85,28 +95,22 @@ func newTopicCmd() *cobra.Command {
 	add.Flags().BoolVar(&authEnforce, "auth-enforce", false, "and refuse their produce (TOPIC_AUTHORIZATION_FAILED); implies --auth-check")
 	add.Flags().BoolVar(&headroomOn, "headroom", false,
 		"in PROXY, warn of producers that will not sustain their rate at the destination's measured latency (best with --latency-emulation)")
+	return add
+}
 
+// newTopicShadowCmd is `baton topic shadow`: POST /v1/topics/{name}/shadow.
+func newTopicShadowCmd(ta topicAPI) *cobra.Command {
 	var emulation, authCheckSw, authEnforceSw, headroomSw, shadowNamespaces, shadowWorkloads string
 	shadow := &cobra.Command{
 		Use: "shadow TOPIC", Short: "Switch a REJECT or PROXY topic's shadow features (latency emulation, auth check, headroom)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(output); err != nil {
+			if err := checkOutput(*ta.output); err != nil {
 				return err
 			}
-			var ch controlplane.ShadowChange
-			for _, sw := range []struct {
-				flag, v string
-				to      **bool
-			}{{"--latency-emulation", emulation, &ch.LatencyEmulation}, {"--auth-check", authCheckSw, &ch.AuthCheck},
-				{"--auth-enforce", authEnforceSw, &ch.AuthEnforce}, {"--headroom", headroomSw, &ch.Headroom}} {
-				switch sw.v {
-				case "on", "off":
-					on := sw.v == "on"
-					*sw.to = &on
-				case "":
-				default:
-					return fmt.Errorf("%s: %q is not on or off", sw.flag, sw.v)
-				}
+			ch, err := shadowChange(map[string]string{"--latency-emulation": emulation, "--auth-check": authCheckSw,
+				"--auth-enforce": authEnforceSw, "--headroom": headroomSw})
+			if err != nil {
+				return err
 			}
 			if f := cmd.Flags(); f.Changed("namespaces") || f.Changed("workloads") {
 				ch.Target = &xds.Target{Namespaces: splitList(shadowNamespaces), Workloads: splitList(shadowWorkloads)}
@@ -114,15 +118,15 @@ func newTopicCmd() *cobra.Command {
 			if ch == (controlplane.ShadowChange{}) {
 				return fmt.Errorf("--latency-emulation, --auth-check, --auth-enforce or --headroom: say on or off (or set --namespaces, --workloads)")
 			}
-			cl, err := api()
+			cl, err := ta.api()
 			if err != nil {
 				return err
 			}
-			t, err := cl.Shadow(cmd.Context(), args[0], ch, actor)
+			t, err := cl.Shadow(cmd.Context(), args[0], ch, *ta.actor)
 			if err != nil {
 				return err
 			}
-			return printTopics(cmd, []controlplane.Topic{t})
+			return ta.print(cmd, []controlplane.Topic{t})
 		},
 	}
 	shadow.Flags().StringVar(&emulation, "latency-emulation", "", "on or off")
@@ -131,14 +135,37 @@ func newTopicCmd() *cobra.Command {
 	shadow.Flags().StringVar(&headroomSw, "headroom", "", "on or off")
 	shadow.Flags().StringVar(&shadowNamespaces, "namespaces", "", "replace the namespaces that get the shadow features (comma-separated; \"\": all); a rollout widens it wave by wave")
 	shadow.Flags().StringVar(&shadowWorkloads, "workloads", "", "replace the workloads that get the shadow features (comma-separated; \"\": all)")
+	return shadow
+}
 
-	list := &cobra.Command{
+// shadowChange is the switches of `baton topic shadow`, each flag's value
+// ("on", "off" or "" for unchanged) by flag, checked in a fixed order so
+// that the first bad one is named.
+func shadowChange(switches map[string]string) (controlplane.ShadowChange, error) {
+	var ch controlplane.ShadowChange
+	for _, sw := range []struct {
+		flag string
+		to   **bool
+	}{{"--latency-emulation", &ch.LatencyEmulation}, {"--auth-check", &ch.AuthCheck},
+		{"--auth-enforce", &ch.AuthEnforce}, {"--headroom", &ch.Headroom}} {
+		switch v := switches[sw.flag]; v {
+		case "on", "off":
+			on := v == "on"
+			*sw.to = &on
+		case "":
+		default:
+			return controlplane.ShadowChange{}, fmt.Errorf("%s: %q is not on or off", sw.flag, v)
+		}
+	}
+	return ch, nil
+}
+
+// newTopicListCmd is `baton topic list`: GET /v1/topics.
+func newTopicListCmd(ta topicAPI) *cobra.Command {
+	return &cobra.Command{
 		Use: "list", Short: "List managed topics", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output); err != nil {
-				return err
-			}
-			cl, err := api()
+			cl, err := ta.client()
 			if err != nil {
 				return err
 			}
@@ -146,16 +173,17 @@ func newTopicCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printTopics(cmd, ts)
+			return ta.print(cmd, ts)
 		},
 	}
-	status := &cobra.Command{
+}
+
+// newTopicStatusCmd is `baton topic status`: GET /v1/topics/{name}.
+func newTopicStatusCmd(ta topicAPI) *cobra.Command {
+	return &cobra.Command{
 		Use: "status TOPIC", Short: "Show a topic, its time lag and any running cutover", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(output); err != nil {
-				return err
-			}
-			cl, err := api()
+			cl, err := ta.client()
 			if err != nil {
 				return err
 			}
@@ -163,63 +191,70 @@ func newTopicCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if output == "json" {
+			if *ta.output == "json" {
 				return printJSON(cmd.OutOrStdout(), st)
 			}
-			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "topic:     %s\nstate:     %s (version %d, %d cutover attempts)\nroute:     %s -> %s, mode %s\n",
-				st.Name, st.State, st.Version, st.Attempts, st.Source, st.Destination, st.Mode)
-			if st.LagError != "" {
-				fmt.Fprintf(out, "time lag:  unknown (%s)\n", st.LagError)
-			} else {
-				fmt.Fprintf(out, "time lag:  %v\n", st.Lag)
-			}
-			if st.Shadow.LatencyEmulation {
-				if l := st.DestinationLatency; l != nil {
-					fmt.Fprintf(out, "latency:   emulating the destination's p50 %v, p99 %v (%d acks, measured %s)\n",
-						l.P50, l.P99, l.Samples, fmtTime(l.MeasuredAt))
-				} else {
-					fmt.Fprintf(out, "latency:   emulation on; no destination latency measured yet (or not in PROXY)\n")
-				}
-			}
-			for _, p := range slices.Sorted(maps.Keys(st.Diverged)) {
-				fmt.Fprintf(out, "DIVERGED:  partition %d: %s (a cutover is refused)\n", p, st.Diverged[p])
-			}
-			for _, f := range st.Findings {
-				who := f.Principal
-				if f.ClientID != "" {
-					who += fmt.Sprintf(" (client id %q)", f.ClientID)
-				}
-				fmt.Fprintf(out, "FINDING:   %s %s, last seen %s by %d agents: %s\n", f.Kind, who, fmtTime(f.LastSeen), len(f.Agents), f.Detail)
-			}
-			if g := st.GuardRestore; g != nil {
-				fmt.Fprintf(out, "guard:     being restored since %s, %d failed attempts, last: %s\n", fmtTime(g.Since), g.Failures, g.LastErr)
-			}
-			if c := st.Cutover; c != nil {
-				fmt.Fprintf(out, "cutover:   attempt %d by %s, step %s, started %s, deadline %s\n",
-					c.Attempt, c.Actor, c.Step, fmtTime(c.StartedAt), fmtTime(c.Deadline))
-			}
+			printTopicStatus(cmd.OutOrStdout(), st)
 			return nil
 		},
 	}
-	abort := &cobra.Command{Use: "abort TOPIC", Short: "Abort a running cutover: back to PROXY", Args: cobra.ExactArgs(1)}
-	var reason string
-	abort.Flags().StringVar(&reason, "reason", "", "why, for the event log")
-	ta := topicAPI{api: api, output: &output, actor: &actor, print: printTopics}
-	abort.RunE = func(cmd *cobra.Command, args []string) error {
-		cl, err := ta.client()
-		if err != nil {
-			return err
-		}
-		t, err := cl.Op(cmd.Context(), args[0], "abort", actor, reason, "")
-		if err != nil {
-			return err
-		}
-		return printTopics(cmd, []controlplane.Topic{t})
+}
+
+// printTopicStatus prints a topic's status as text.
+func printTopicStatus(out io.Writer, st controlplane.TopicStatus) {
+	fmt.Fprintf(out, "topic:     %s\nstate:     %s (version %d, %d cutover attempts)\nroute:     %s -> %s, mode %s\n",
+		st.Name, st.State, st.Version, st.Attempts, st.Source, st.Destination, st.Mode)
+	if st.LagError != "" {
+		fmt.Fprintf(out, "time lag:  unknown (%s)\n", st.LagError)
+	} else {
+		fmt.Fprintf(out, "time lag:  %v\n", st.Lag)
 	}
-	cmd.AddCommand(add, list, status, shadow, newMigrateCmd(ta), abort,
-		newStateVerbCmd(ta, migration.Proxy), newStateVerbCmd(ta, migration.Reject), newRemoveCmd(ta))
-	return cmd
+	if st.Shadow.LatencyEmulation {
+		if l := st.DestinationLatency; l != nil {
+			fmt.Fprintf(out, "latency:   emulating the destination's p50 %v, p99 %v (%d acks, measured %s)\n",
+				l.P50, l.P99, l.Samples, fmtTime(l.MeasuredAt))
+		} else {
+			fmt.Fprintf(out, "latency:   emulation on; no destination latency measured yet (or not in PROXY)\n")
+		}
+	}
+	for _, p := range slices.Sorted(maps.Keys(st.Diverged)) {
+		fmt.Fprintf(out, "DIVERGED:  partition %d: %s (a cutover is refused)\n", p, st.Diverged[p])
+	}
+	for _, f := range st.Findings {
+		who := f.Principal
+		if f.ClientID != "" {
+			who += fmt.Sprintf(" (client id %q)", f.ClientID)
+		}
+		fmt.Fprintf(out, "FINDING:   %s %s, last seen %s by %d agents: %s\n", f.Kind, who, fmtTime(f.LastSeen), len(f.Agents), f.Detail)
+	}
+	if g := st.GuardRestore; g != nil {
+		fmt.Fprintf(out, "guard:     being restored since %s, %d failed attempts, last: %s\n", fmtTime(g.Since), g.Failures, g.LastErr)
+	}
+	if c := st.Cutover; c != nil {
+		fmt.Fprintf(out, "cutover:   attempt %d by %s, step %s, started %s, deadline %s\n",
+			c.Attempt, c.Actor, c.Step, fmtTime(c.StartedAt), fmtTime(c.Deadline))
+	}
+}
+
+// newTopicAbortCmd is `baton topic abort`: POST /v1/topics/{name}/abort.
+func newTopicAbortCmd(ta topicAPI) *cobra.Command {
+	var reason string
+	abort := &cobra.Command{
+		Use: "abort TOPIC", Short: "Abort a running cutover: back to PROXY", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := ta.client()
+			if err != nil {
+				return err
+			}
+			t, err := cl.Op(cmd.Context(), args[0], "abort", *ta.actor, reason, "")
+			if err != nil {
+				return err
+			}
+			return ta.print(cmd, []controlplane.Topic{t})
+		},
+	}
+	abort.Flags().StringVar(&reason, "reason", "", "why, for the event log")
+	return abort
 }
 
 func newEventsCmd() *cobra.Command {

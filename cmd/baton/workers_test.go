@@ -12,9 +12,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/baton-kafka/baton/internal/embedded"
 	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/migration"
-	"github.com/baton-kafka/baton/test/embedded"
 )
 
 // leasedLine is the control plane's log line for partitions it leased to

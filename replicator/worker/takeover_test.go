@@ -21,10 +21,10 @@ import (
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/internal/embedded"
 	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/replicator"
 	"github.com/baton-kafka/baton/replicator/worker"
-	"github.com/baton-kafka/baton/test/embedded"
 )
 
 const (

@@ -25,8 +25,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/baton-kafka/baton/bpf"
+	"github.com/baton-kafka/baton/internal/embedded"
 	"github.com/baton-kafka/baton/internal/testcert"
-	"github.com/baton-kafka/baton/test/embedded"
 	"github.com/baton-kafka/baton/test/kafka"
 )
 

@@ -11,7 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/baton-kafka/baton/bpf"
-	"github.com/baton-kafka/baton/test/embedded"
+	"github.com/baton-kafka/baton/internal/embedded"
 )
 
 // BenchmarkAgentByteCounters: the same `baton agent` in front of kfake

@@ -20,9 +20,9 @@ import (
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/internal/embedded"
 	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/migration"
-	"github.com/baton-kafka/baton/test/embedded"
 	"github.com/baton-kafka/baton/test/etcdcluster"
 	"github.com/baton-kafka/baton/xds"
 )

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-kafka/baton/internal/embedded"
 	"github.com/baton-kafka/baton/internal/wait"
-	"github.com/baton-kafka/baton/test/embedded"
 	"github.com/baton-kafka/baton/test/kafka"
 )
 

@@ -17,9 +17,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/baton-kafka/baton/agent"
+	"github.com/baton-kafka/baton/internal/embedded"
 	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/test/clients"
-	"github.com/baton-kafka/baton/test/embedded"
 	"github.com/baton-kafka/baton/test/kafka"
 )
 

@@ -17,10 +17,10 @@ import (
 	"github.com/baton-kafka/baton/agent"
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/internal/embedded"
 	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/replicator"
-	"github.com/baton-kafka/baton/test/embedded"
 	"github.com/baton-kafka/baton/xds"
 )
 

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/baton-kafka/baton/test/embedded"
+	"github.com/baton-kafka/baton/internal/embedded"
 )
 
 func TestReservePortsNeverOverlap(t *testing.T) {
