@@ -358,6 +358,7 @@ func New(opts ...Opt) (_ *Agent, err error) {
 			return nil, err
 		}
 		cfg.registry.MustRegister(a.cp.leaseGauge())
+		a.inflight.settled = a.settled
 	}
 	if a.auth, err = a.saslFilter(); err != nil {
 		return nil, err

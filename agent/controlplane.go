@@ -54,10 +54,33 @@ type cpLink struct {
 	// unleased: a produce went to the source without a lease since the
 	// lease was last seen valid (mayForward logs the first).
 	unleased atomic.Bool
+	// kicks asks run for a heartbeat now (kick); nil: none is sent.
+	kicks chan struct{}
+}
+
+// kick asks for a heartbeat now, coalesced with one already asked for.
+func (l *cpLink) kick() {
+	if l.kicks == nil {
+		return
+	}
+	select {
+	case l.kicks <- struct{}{}:
+	default:
+	}
+}
+
+// settled is called when a topic's last forwarded produce settles: a topic
+// the agent has stopped forwarding (MIGRATING) is then drained, and the
+// control plane hears it from a heartbeat now rather than at the next
+// renewal, up to a third of a lease later: the cutover waits on it.
+func (a *Agent) settled(topic string) {
+	if a.cp != nil && a.routes.Lookup(topic).Target() != filter.Source {
+		a.cp.kick()
+	}
 }
 
 func (a *Agent) newCPLink() (*cpLink, error) {
-	l := &cpLink{}
+	l := &cpLink{kicks: make(chan struct{}, 1)}
 	var err error
 	l.client, err = xds.NewClient(a.cfg.cpConn, a.cfg.cpNode, xds.OnRoutes(a.applyRoutes), xds.ClientLogger(a.log))
 	if err != nil {
@@ -92,10 +115,25 @@ func (l *cpLink) leaseGauge() prometheus.Collector {
 
 func (l *cpLink) run(ctx context.Context) {
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); _ = l.client.Run(ctx) }()
 	go func() { defer wg.Done(); _ = l.keeper.Run(ctx) }()
+	go func() { defer wg.Done(); l.heartbeatOnKick(ctx) }()
 	wg.Wait()
+}
+
+// heartbeatOnKick sends a heartbeat for each kick until ctx ends.
+func (l *cpLink) heartbeatOnKick(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.kicks:
+		}
+		hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, _ = l.keeper.Heartbeat(hctx)
+		cancel()
+	}
 }
 
 // applyRoutes replaces the route table with what the control plane sent.

@@ -61,11 +61,14 @@ func (e *ackedEnds) of(topic string) map[int32]int64 {
 type inflight struct {
 	mu sync.Mutex
 	n  map[string]int
+	// settled, if set, is called (without mu) each time a topic's count
+	// ends at zero: the agent reports a drain at once (Agent.settled).
+	settled func(topic string)
 }
 
 func (f *inflight) add(topics []string, d int) {
+	var zero []string
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	if f.n == nil {
 		f.n = map[string]int{}
 	}
@@ -73,6 +76,15 @@ func (f *inflight) add(topics []string, d int) {
 		f.n[t] += d
 		if f.n[t] <= 0 {
 			delete(f.n, t)
+			if d < 0 {
+				zero = append(zero, t)
+			}
+		}
+	}
+	f.mu.Unlock()
+	if f.settled != nil {
+		for _, t := range zero {
+			f.settled(t)
 		}
 	}
 }
@@ -80,13 +92,17 @@ func (f *inflight) add(topics []string, d int) {
 // Add is add for one topic, without a slice (route.Counter).
 func (f *inflight) Add(topic string, d int) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	if f.n == nil {
 		f.n = map[string]int{}
 	}
 	f.n[topic] += d
-	if f.n[topic] <= 0 {
+	zero := f.n[topic] <= 0
+	if zero {
 		delete(f.n, topic)
+	}
+	f.mu.Unlock()
+	if zero && d < 0 && f.settled != nil {
+		f.settled(topic)
 	}
 }
 

@@ -466,3 +466,48 @@ func TestHeldWriteKeepsTheConnectionsOrder(t *testing.T) {
 		t.Fatalf("second response has correlation id %d, want the metadata's (2)", corr)
 	}
 }
+
+// An agent reports a topic drained as soon as the last produce it
+// forwarded to the source settles after MIGRATING, not at its next lease
+// renewal: the cutover waits on that report. The lease here is an hour, so
+// the next renewal is twenty minutes off and only the report at the settle
+// can say drained.
+func TestDrainReportedWhenTheLastProduceSettles(t *testing.T) {
+	t.Parallel()
+	cp := startTestControlPlane(t, time.Hour, 300*time.Millisecond)
+	cp.grant.Store(true)
+	reg := prometheus.NewRegistry()
+	f := startAgentWithControlPlane(t, cp, reg)
+	const topic = "settles"
+	createTopic(t, f.src.Bootstrap(), topic, 1)
+	cp.publish(t, 1, topic, batonv1.State_STATE_PROXY)
+
+	kc := f.src.Kfake()
+	release := make(chan struct{})
+	kc.ControlKey(0, func(kmsg.Request) (kmsg.Response, error, bool) {
+		kc.SleepControl(func() { <-release })
+		return nil, nil, false
+	})
+	res := make(chan int16, 1)
+	go func() { res <- produceOnRawConn(t, f.addr, topic, "v") }()
+	wait.For(t, 10*time.Second, "the produce in flight at the source", func() string {
+		if n := f.agent.InflightForTest(topic); n != 1 {
+			return fmt.Sprintf("%d in flight", n)
+		}
+		return ""
+	})
+	cp.publish(t, 2, topic, batonv1.State_STATE_MIGRATING)
+	if _, d := cp.reported(topic); d.GetDrained() || d.GetInFlight() != 1 {
+		t.Fatalf("reported at MIGRATING: %v, want stopped with one in flight", d)
+	}
+	close(release)
+	if code := <-res; code != 0 {
+		t.Fatalf("produce: %v", kerr.ErrorForCode(code))
+	}
+	wait.For(t, 10*time.Second, "a report of the topic drained, before any renewal", func() string {
+		if _, d := cp.reported(topic); !d.GetDrained() {
+			return fmt.Sprintf("reported %v", d)
+		}
+		return ""
+	})
+}
