@@ -22,8 +22,9 @@ type driver struct {
 	// ctx is the run's: it ends at an abort, or when the control plane
 	// stops. dctx is ctx bounded by the attempt's deadline.
 	ctx, dctx context.Context
-	// changed is the signal of the last agent read: a report after it
-	// wakes the next wait.
+	// changed is the signal taken at the last read a report may change
+	// the answer of (the agents, the fence, the copy's progress): a report
+	// after it wakes the next wait.
 	changed <-chan struct{}
 	// recent are the source batches the replication stop returned, stored
 	// with StepDone and COMPLETE.
@@ -89,6 +90,15 @@ func (d *driver) result(err error) cutover.Result {
 		(errors.Is(err, context.DeadlineExceeded) || d.dctx.Err() != nil)}
 }
 
+// watch takes the signal of the next agent report, before a read: the
+// wait after that read wakes at a report after it, not at one already
+// seen (a closed signal would not wait at all).
+func (d *driver) watch() {
+	d.cp.mu.Lock()
+	d.changed = d.cp.changed
+	d.cp.mu.Unlock()
+}
+
 // waitChange waits until an agent reports, a poll interval passes or the
 // run ends.
 func (d *driver) waitChange() {
@@ -134,6 +144,7 @@ func (d *driver) do(act cutover.Action) cutover.Event {
 		if a.Wait {
 			d.waitChange()
 		}
+		d.watch()
 		ok, behind, err := cp.cfg.fence.Enforced(d.dctx, name)
 		return cutover.FenceChecked{Enforced: ok, Behind: behind, Result: d.result(err)}
 	case cutover.Sleep:
@@ -155,6 +166,7 @@ func (d *driver) do(act cutover.Action) cutover.Event {
 		if a.Wait {
 			d.waitChange()
 		}
+		d.watch()
 		r := cutover.ProgressRead{Diverged: d.diverged()}
 		r.Progress, r.Err = cp.cfg.repl.Progress(name)
 		return r
