@@ -436,11 +436,14 @@ func (a *Attempt) stopped(now time.Time, r ReplicationStopped) []Action {
 	if r.Diverged != "" {
 		return a.fail(KindFailed, r.Diverged)
 	}
+	// Said before the deadline's check: where the copy stopped is worth
+	// reading before the timed_out that may follow.
+	stopped := Emit{Kind: KindReplStopped, Reason: "final offsets " + FormatOffsets(r.Final)}
 	if a.late(now) {
-		return a.fail(KindTimedOut, TimedOut+": after stopping replication")
+		return append([]Action{stopped}, a.fail(KindTimedOut, TimedOut+": after stopping replication")...)
 	}
 	a.phase = phaseGuard
-	return []Action{Emit{Kind: KindReplStopped, Reason: "final offsets " + FormatOffsets(r.Final)}, LiftGuard{}}
+	return []Action{stopped, LiftGuard{}}
 }
 
 // late reports whether the deadline has passed at now.
