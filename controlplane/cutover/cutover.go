@@ -482,6 +482,9 @@ const (
 	guardAckedAbove
 	guardDeadline
 	guardOneDecision
+	// guardRollBackMark is RollBackMarks, which the driver's rollback
+	// follows: off, the simulator's world stores no StepRollingBack.
+	guardRollBackMark
 )
 
 func (g guards) has(x guards) bool { return g&x != 0 }
