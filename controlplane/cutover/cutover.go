@@ -354,6 +354,9 @@ func (a *Attempt) fenceChecked(now time.Time, r FenceChecked) []Action {
 		// at UnleasedForward: the F it holds may be an earlier control
 		// plane's, larger than this one's.
 		wait := max(a.cfg.Forward, a.forward, a.cfg.UnleasedForward)
+		if a.off.has(guardFenceForward) {
+			wait = max(a.cfg.Forward, a.cfg.UnleasedForward)
+		}
 		a.phase = phaseFenceWait
 		return []Action{
 			Emit{Kind: KindSourceFenced, Reason: fmt.Sprintf("every source broker denies writes to %s (superusers aside); "+
@@ -485,6 +488,8 @@ const (
 	// guardRollBackMark is RollBackMarks, which the driver's rollback
 	// follows: off, the simulator's world stores no StepRollingBack.
 	guardRollBackMark
+	// guardFenceForward: the fence step waits the route's F too.
+	guardFenceForward
 )
 
 func (g guards) has(x guards) bool { return g&x != 0 }

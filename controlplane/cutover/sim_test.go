@@ -21,8 +21,8 @@ import (
 //     writes until it applies MIGRATING or its lease ends (past its lease
 //     too on a topic the source fence closes, until the fence refuses
 //     them), and a write lands up to F after it was sent;
-//   - the source's high watermark follows what landed a while later (the
-//     followers' copy); agents that stay connected ack some writes at
+//   - the source's high watermark follows what landed up to the writer's
+//     F later (the followers' copy); agents that stay connected ack some writes at
 //     landing (acks=1, above the watermark) and report what they acked;
 //   - replication copies up to the watermark at its own pace, and may stop
 //     short or diverge;
@@ -152,6 +152,7 @@ func TestSimulatorNeedsEveryGuard(t *testing.T) {
 		{"deadline", guardDeadline},
 		{"one decision", guardOneDecision},
 		{"rollback marks StepDone", guardRollBackMark},
+		{"route's F in the fence's wait", guardFenceForward},
 	} {
 		t.Run(g.name, func(t *testing.T) {
 			t.Parallel()
@@ -696,7 +697,10 @@ func (w *simWorld) tick(to time.Time) {
 		p := wr.partition
 		wr.offset = w.leo[p]
 		w.leo[p]++
-		commit := wr.landAt.Add(time.Duration(w.rng.IntN(300)) * time.Millisecond)
+		// The followers' copy takes up to the writer's F (a write acked
+		// later is given up on): an acks=all write the source authorized
+		// just before the fence may be acked up to F after it was sent.
+		commit := wr.landAt.Add(time.Duration(w.rng.Int64N(int64(forward))))
 		if last := len(w.commitAt[p]); last > 0 && commit.Before(w.commitAt[p][last-1]) {
 			commit = w.commitAt[p][last-1]
 		}
