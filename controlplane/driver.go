@@ -70,13 +70,15 @@ func (cp *ControlPlane) cutover(ctx context.Context, name string, co Cutover, r 
 			ev = d.do(act)
 		}
 		if ctx.Err() != nil {
-			if cp.ctx.Err() != nil {
-				cp.log.Warn("control plane stopping mid-cutover; the next start rolls it back", "topic", name)
+			// An abort asked before the stop is carried out: Abort waits
+			// for it, and the next start might complete the attempt.
+			cp.mu.Lock()
+			aborted, actor, reason := r.aborted, r.actor, r.reason
+			cp.mu.Unlock()
+			if !aborted {
+				cp.log.Warn("control plane stopping mid-cutover; the next start completes or rolls it back", "topic", name)
 				return
 			}
-			cp.mu.Lock()
-			actor, reason := r.actor, r.reason
-			cp.mu.Unlock()
 			ev = cutover.Abort{Actor: actor, Reason: reason}
 		}
 		actions = append(actions, a.Step(cp.now(), ev)...)
