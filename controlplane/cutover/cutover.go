@@ -357,6 +357,9 @@ func (a *Attempt) fenceChecked(now time.Time, r FenceChecked) []Action {
 		if a.off.has(guardFenceForward) {
 			wait = max(a.cfg.Forward, a.cfg.UnleasedForward)
 		}
+		if a.off.has(guardUnleasedForward) {
+			wait = max(a.cfg.Forward, a.forward)
+		}
 		a.phase = phaseFenceWait
 		return []Action{
 			Emit{Kind: KindSourceFenced, Reason: fmt.Sprintf("every source broker denies writes to %s (superusers aside); "+
@@ -490,6 +493,8 @@ const (
 	guardRollBackMark
 	// guardFenceForward: the fence step waits the route's F too.
 	guardFenceForward
+	// guardUnleasedForward: the fence step waits UnleasedForward too.
+	guardUnleasedForward
 )
 
 func (g guards) has(x guards) bool { return g&x != 0 }

@@ -20,7 +20,9 @@ import (
 //     while after it is pushed, or are cut off and never do; each forwards
 //     writes until it applies MIGRATING or its lease ends (past its lease
 //     too on a topic the source fence closes, until the fence refuses
-//     them), and a write lands up to F after it was sent;
+//     them, answered within the F they hold, maybe an earlier control
+//     plane's, capped at UnleasedForward), and a write lands up to F after
+//     it was sent;
 //   - the source's high watermark follows what landed up to the writer's
 //     F later (the followers' copy); agents that stay connected ack some writes at
 //     landing (acks=1, above the watermark) and report what they acked;
@@ -153,6 +155,7 @@ func TestSimulatorNeedsEveryGuard(t *testing.T) {
 		{"one decision", guardOneDecision},
 		{"rollback marks StepDone", guardRollBackMark},
 		{"route's F in the fence's wait", guardFenceForward},
+		{"unleased F in the fence's wait", guardUnleasedForward},
 	} {
 		t.Run(g.name, func(t *testing.T) {
 			t.Parallel()
@@ -185,9 +188,13 @@ type simAgent struct {
 	nextHB, nextSend  time.Time
 	leaseEnd          time.Time
 	acksOne           bool // acks=1: acked at landing
-	view              Agent
-	ackedEnd          []int64 // reported at heartbeats
-	ownAcked          []int64
+	// heldF is the F of the last heartbeat answer it got before MIGRATING,
+	// maybe an earlier control plane's; without a lease it answers within
+	// it, capped at UnleasedForward.
+	heldF    time.Duration
+	view     Agent
+	ackedEnd []int64 // reported at heartbeats
+	ownAcked []int64
 }
 
 // simWrite is one produce an agent forwarded: sent, landed on the source
@@ -202,6 +209,7 @@ type simWrite struct {
 	offset    int64
 	settleAt  time.Time
 	acked     bool
+	f         time.Duration // the writer's F
 }
 
 type simWorld struct {
@@ -275,7 +283,8 @@ func simulate(seed uint64, off guards) *simWorld { return simulateLog(seed, off,
 func simulateLog(seed uint64, off guards, verbose bool) *simWorld {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	w := &simWorld{rng: rng, now: simStart, replRate: 0.2 + rng.Float64()*2, verbose: verbose}
-	w.cfg = Config{Lease: simLease, Forward: simForward, Fenced: rng.IntN(4) != 0, UnleasedForward: 300 * time.Millisecond}
+	w.cfg = Config{Lease: simLease, Forward: simForward, Fenced: rng.IntN(4) != 0,
+		UnleasedForward: time.Duration(100+rng.IntN(1400)) * time.Millisecond}
 	w.spec = Spec{Topic: "t", Version: 7, Deadline: simStart.Add(simTimeout), FenceAtCutover: rng.IntN(4) == 0}
 	if rng.IntN(3) == 0 {
 		w.spec.ForwardDeadline = time.Duration(rng.IntN(800)) * time.Millisecond
@@ -293,6 +302,7 @@ func simulateLog(seed uint64, off guards, verbose bool) *simWorld {
 		// Its lease was granted a while before MIGRATING, at version 6.
 		granted := simStart.Add(-time.Duration(rng.Int64N(int64(a.period))))
 		a.view = Agent{Node: a.node, GrantedAt: granted, LastHeartbeat: granted, AckedVersion: 6}
+		a.heldF = time.Duration(rng.IntN(2000)) * time.Millisecond
 		a.leaseEnd = granted.Add(simLease)
 		a.nextHB = granted.Add(a.period)
 		a.nextSend = simStart.Add(-time.Duration(rng.IntN(50)) * time.Millisecond)
@@ -613,7 +623,7 @@ func (w *simWorld) lastLanding(i int) time.Time {
 	if until := w.sendsUntil(w.agents[i]); w.now.Before(until) {
 		// It may still send until then; the fence, once up, refuses what
 		// lands after it.
-		l := until.Add(max(w.cfg.Forward, w.spec.ForwardDeadline))
+		l := until.Add(max(w.cfg.Forward, w.spec.ForwardDeadline, w.unleasedF(w.agents[i])))
 		if w.fenceRefuses(l) {
 			l = w.fenceAt
 		}
@@ -635,6 +645,13 @@ func (w *simWorld) sendsUntil(a *simAgent) time.Time {
 		until = a.leaseEnd
 	}
 	return until
+}
+
+// unleasedF is the F agent a answers within when it forwards without a
+// lease: the one it holds (the larger of the last answer before MIGRATING
+// and this control plane's), capped at UnleasedForward.
+func (w *simWorld) unleasedF(a *simAgent) time.Duration {
+	return max(1, min(max(a.heldF, w.cfg.Forward, w.spec.ForwardDeadline), w.cfg.UnleasedForward))
 }
 
 func (w *simWorld) fenceRefuses(at time.Time) bool {
@@ -678,9 +695,13 @@ func (w *simWorld) tick(to time.Time) {
 			if !at.Before(w.sendsUntil(a)) {
 				continue
 			}
-			land := at.Add(time.Duration(w.rng.Int64N(int64(forward))))
+			f := forward
+			if !at.Before(a.leaseEnd) {
+				f = w.unleasedF(a) // a fenced topic, forwarded without a lease
+			}
+			land := at.Add(time.Duration(w.rng.Int64N(int64(f))))
 			w.inflight = append(w.inflight, simWrite{agent: i, partition: w.rng.IntN(len(w.leo)), sendAt: at, landAt: land,
-				settleAt: at.Add(forward)})
+				settleAt: at.Add(f), f: f})
 		}
 	}
 	// Landings: each gets its offset, its commit and its answer.
@@ -700,7 +721,7 @@ func (w *simWorld) tick(to time.Time) {
 		// The followers' copy takes up to the writer's F (a write acked
 		// later is given up on): an acks=all write the source authorized
 		// just before the fence may be acked up to F after it was sent.
-		commit := wr.landAt.Add(time.Duration(w.rng.Int64N(int64(forward))))
+		commit := wr.landAt.Add(time.Duration(w.rng.Int64N(int64(wr.f))))
 		if last := len(w.commitAt[p]); last > 0 && commit.Before(w.commitAt[p][last-1]) {
 			commit = w.commitAt[p][last-1]
 		}
