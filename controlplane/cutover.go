@@ -133,7 +133,6 @@ func (cp *ControlPlane) Abort(ctx context.Context, name, actor, reason string) (
 	return nt, nil
 }
 
-// cutover runs steps 2 to 5 of docs/design.md §6 for one attempt.
 // setStep stores the running cutover's step, with what also changes of
 // the topic (nothing of its route: the version stays).
 func (cp *ControlPlane) setStep(ctx context.Context, name string, step cutover.Step, also ...func(*Topic)) error {

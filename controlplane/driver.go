@@ -22,8 +22,9 @@ type driver struct {
 	// ctx is the run's: it ends at an abort, or when the control plane
 	// stops. dctx is ctx bounded by the attempt's deadline.
 	ctx, dctx context.Context
-	// changed is the signal of the last agent read: a report after it
-	// wakes the next wait.
+	// changed is the signal taken at the last read a report may change
+	// the answer of (the agents, the fence, the copy's progress): a report
+	// after it wakes the next wait.
 	changed <-chan struct{}
 	// recent are the source batches the replication stop returned, stored
 	// with StepDone and COMPLETE.
@@ -69,13 +70,15 @@ func (cp *ControlPlane) cutover(ctx context.Context, name string, co Cutover, r 
 			ev = d.do(act)
 		}
 		if ctx.Err() != nil {
-			if cp.ctx.Err() != nil {
-				cp.log.Warn("control plane stopping mid-cutover; the next start rolls it back", "topic", name)
+			// An abort asked before the stop is carried out: Abort waits
+			// for it, and the next start might complete the attempt.
+			cp.mu.Lock()
+			aborted, actor, reason := r.aborted, r.actor, r.reason
+			cp.mu.Unlock()
+			if !aborted {
+				cp.log.Warn("control plane stopping mid-cutover; the next start completes or rolls it back", "topic", name)
 				return
 			}
-			cp.mu.Lock()
-			actor, reason := r.actor, r.reason
-			cp.mu.Unlock()
 			ev = cutover.Abort{Actor: actor, Reason: reason}
 		}
 		actions = append(actions, a.Step(cp.now(), ev)...)
@@ -87,6 +90,15 @@ func (cp *ControlPlane) cutover(ctx context.Context, name string, co Cutover, r 
 func (d *driver) result(err error) cutover.Result {
 	return cutover.Result{Err: err, Expired: err != nil && d.ctx.Err() == nil &&
 		(errors.Is(err, context.DeadlineExceeded) || d.dctx.Err() != nil)}
+}
+
+// watch takes the signal of the next agent report, before a read: the
+// wait after that read wakes at a report after it, not at one already
+// seen (a closed signal would not wait at all).
+func (d *driver) watch() {
+	d.cp.mu.Lock()
+	d.changed = d.cp.changed
+	d.cp.mu.Unlock()
 }
 
 // waitChange waits until an agent reports, a poll interval passes or the
@@ -134,6 +146,7 @@ func (d *driver) do(act cutover.Action) cutover.Event {
 		if a.Wait {
 			d.waitChange()
 		}
+		d.watch()
 		ok, behind, err := cp.cfg.fence.Enforced(d.dctx, name)
 		return cutover.FenceChecked{Enforced: ok, Behind: behind, Result: d.result(err)}
 	case cutover.Sleep:
@@ -155,6 +168,7 @@ func (d *driver) do(act cutover.Action) cutover.Event {
 		if a.Wait {
 			d.waitChange()
 		}
+		d.watch()
 		r := cutover.ProgressRead{Diverged: d.diverged()}
 		r.Progress, r.Err = cp.cfg.repl.Progress(name)
 		return r

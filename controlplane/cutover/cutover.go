@@ -354,6 +354,12 @@ func (a *Attempt) fenceChecked(now time.Time, r FenceChecked) []Action {
 		// at UnleasedForward: the F it holds may be an earlier control
 		// plane's, larger than this one's.
 		wait := max(a.cfg.Forward, a.forward, a.cfg.UnleasedForward)
+		if a.off.has(guardFenceForward) {
+			wait = max(a.cfg.Forward, a.cfg.UnleasedForward)
+		}
+		if a.off.has(guardUnleasedForward) {
+			wait = max(a.cfg.Forward, a.forward)
+		}
 		a.phase = phaseFenceWait
 		return []Action{
 			Emit{Kind: KindSourceFenced, Reason: fmt.Sprintf("every source broker denies writes to %s (superusers aside); "+
@@ -436,11 +442,14 @@ func (a *Attempt) stopped(now time.Time, r ReplicationStopped) []Action {
 	if r.Diverged != "" {
 		return a.fail(KindFailed, r.Diverged)
 	}
+	// Said before the deadline's check: where the copy stopped is worth
+	// reading before the timed_out that may follow.
+	stopped := Emit{Kind: KindReplStopped, Reason: "final offsets " + FormatOffsets(r.Final)}
 	if a.late(now) {
-		return a.fail(KindTimedOut, TimedOut+": after stopping replication")
+		return append([]Action{stopped}, a.fail(KindTimedOut, TimedOut+": after stopping replication")...)
 	}
 	a.phase = phaseGuard
-	return []Action{Emit{Kind: KindReplStopped, Reason: "final offsets " + FormatOffsets(r.Final)}, LiftGuard{}}
+	return []Action{stopped, LiftGuard{}}
 }
 
 // late reports whether the deadline has passed at now.
@@ -479,6 +488,13 @@ const (
 	guardAckedAbove
 	guardDeadline
 	guardOneDecision
+	// guardRollBackMark is RollBackMarks, which the driver's rollback
+	// follows: off, the simulator's world stores no StepRollingBack.
+	guardRollBackMark
+	// guardFenceForward: the fence step waits the route's F too.
+	guardFenceForward
+	// guardUnleasedForward: the fence step waits UnleasedForward too.
+	guardUnleasedForward
 )
 
 func (g guards) has(x guards) bool { return g&x != 0 }

@@ -126,7 +126,8 @@ type StoreStep struct {
 type PutFence struct{}
 
 // CheckFence asks whether every source broker enforces the fence (answer:
-// FenceChecked); with Wait, after a poll interval.
+// FenceChecked); with Wait, after an agent reports or a poll interval
+// passes.
 type CheckFence struct{ Wait bool }
 
 // Sleep waits For (answer: Slept).
@@ -141,7 +142,7 @@ type RaisePriority struct{}
 type ReadEndOffsets struct{}
 
 // ReadProgress reads replication's progress (answer: ProgressRead); with
-// Wait, after replication moves or a poll interval passes.
+// Wait, after an agent reports or a poll interval passes.
 type ReadProgress struct{ Wait bool }
 
 // StopReplication stops the topic's replication (answer:

@@ -20,22 +20,27 @@ import (
 //     while after it is pushed, or are cut off and never do; each forwards
 //     writes until it applies MIGRATING or its lease ends (past its lease
 //     too on a topic the source fence closes, until the fence refuses
-//     them), and a write lands up to F after it was sent;
-//   - the source's high watermark follows what landed a while later (the
-//     followers' copy); agents that stay connected ack some writes at
+//     them, answered within the F they hold, maybe an earlier control
+//     plane's, capped at UnleasedForward), and a write lands up to F after
+//     it was sent;
+//   - the source's high watermark follows what landed up to the writer's
+//     F later (the followers' copy); agents that stay connected ack some writes at
 //     landing (acks=1, above the watermark) and report what they acked;
 //   - replication copies up to the watermark at its own pace, and may stop
 //     short or diverge;
 //   - store writes fail, one kind reported failed but applied (COMPLETE),
-//     the leader is lost (a new one Recovers from the stored step), the
-//     operator aborts, and the clock jumps.
+//     the leader is lost (a new one Recovers from the stored step), also
+//     after a rollback began (its PROXY write failed; at StepDone it had
+//     stored StepRollingBack first, RollBackMarks), the operator aborts,
+//     and the clock jumps.
 //
 // After every step it checks the invariants: one decision per attempt,
-// nothing asked after it; never COMPLETE at or past the deadline; never
+// nothing asked after it, and no COMPLETE after a rollback began, by
+// whichever control plane; never COMPLETE at or past the deadline; never
 // COMPLETE while an agent can still land a write the copy misses, nor
-// before the destination holds every acked record; a rollback leaves the
-// topic on the source with replication running, so nothing written under
-// PROXY is lost.
+// before the destination holds every acked record. That a rollback
+// restarts replication, so that nothing written under PROXY is lost, is
+// the driver's (controlplane's rollback tests): the world does it.
 
 // simSeeds is how many seeds TestSimulator runs (raceSeeds under -race);
 // BATON_SIM_SEEDS overrides it, BATON_SIM_SEED replays one with its log.
@@ -116,7 +121,8 @@ func TestSimulator(t *testing.T) {
 	// The seeds must reach every ending, or the invariants were checked
 	// on too little.
 	for _, o := range []string{"complete", "complete-recovered", "complete-stored-despite-error", "rolled-back-" + KindTimedOut,
-		"rolled-back-" + KindFailed, "rolled-back-" + KindAborted, "rolled-back-recovered"} {
+		"rolled-back-" + KindFailed, "rolled-back-" + KindAborted, "rolled-back-recovered",
+		"rolled-back-recovered-after-rollback"} {
 		if outcomes[o] == 0 {
 			t.Errorf("no seed ended %s: the simulator does not reach it", o)
 		}
@@ -147,6 +153,9 @@ func TestSimulatorNeedsEveryGuard(t *testing.T) {
 		{"acked above the high watermark", guardAckedAbove},
 		{"deadline", guardDeadline},
 		{"one decision", guardOneDecision},
+		{"rollback marks StepDone", guardRollBackMark},
+		{"route's F in the fence's wait", guardFenceForward},
+		{"unleased F in the fence's wait", guardUnleasedForward},
 	} {
 		t.Run(g.name, func(t *testing.T) {
 			t.Parallel()
@@ -179,9 +188,13 @@ type simAgent struct {
 	nextHB, nextSend  time.Time
 	leaseEnd          time.Time
 	acksOne           bool // acks=1: acked at landing
-	view              Agent
-	ackedEnd          []int64 // reported at heartbeats
-	ownAcked          []int64
+	// heldF is the F of the last heartbeat answer it got before MIGRATING,
+	// maybe an earlier control plane's; without a lease it answers within
+	// it, capped at UnleasedForward.
+	heldF    time.Duration
+	view     Agent
+	ackedEnd []int64 // reported at heartbeats
+	ownAcked []int64
 }
 
 // simWrite is one produce an agent forwarded: sent, landed on the source
@@ -196,6 +209,7 @@ type simWrite struct {
 	offset    int64
 	settleAt  time.Time
 	acked     bool
+	f         time.Duration // the writer's F
 }
 
 type simWorld struct {
@@ -222,6 +236,7 @@ type simWorld struct {
 	decidedAt  time.Time
 	stoppedAt  time.Time
 	asked      bool // the core asked for a decision (StoreComplete or RollBack)
+	rolledBack bool // the driver began the rollback the core asked for
 	after      bool // an action came after a decision
 
 	outcome   string
@@ -268,7 +283,8 @@ func simulate(seed uint64, off guards) *simWorld { return simulateLog(seed, off,
 func simulateLog(seed uint64, off guards, verbose bool) *simWorld {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	w := &simWorld{rng: rng, now: simStart, replRate: 0.2 + rng.Float64()*2, verbose: verbose}
-	w.cfg = Config{Lease: simLease, Forward: simForward, Fenced: rng.IntN(4) != 0, UnleasedForward: 300 * time.Millisecond}
+	w.cfg = Config{Lease: simLease, Forward: simForward, Fenced: rng.IntN(4) != 0,
+		UnleasedForward: time.Duration(100+rng.IntN(1400)) * time.Millisecond}
 	w.spec = Spec{Topic: "t", Version: 7, Deadline: simStart.Add(simTimeout), FenceAtCutover: rng.IntN(4) == 0}
 	if rng.IntN(3) == 0 {
 		w.spec.ForwardDeadline = time.Duration(rng.IntN(800)) * time.Millisecond
@@ -286,6 +302,7 @@ func simulateLog(seed uint64, off guards, verbose bool) *simWorld {
 		// Its lease was granted a while before MIGRATING, at version 6.
 		granted := simStart.Add(-time.Duration(rng.Int64N(int64(a.period))))
 		a.view = Agent{Node: a.node, GrantedAt: granted, LastHeartbeat: granted, AckedVersion: 6}
+		a.heldF = time.Duration(rng.IntN(2000)) * time.Millisecond
 		a.leaseEnd = granted.Add(simLease)
 		a.nextHB = granted.Add(a.period)
 		a.nextSend = simStart.Add(-time.Duration(rng.IntN(50)) * time.Millisecond)
@@ -515,6 +532,20 @@ func (w *simWorld) rollBack(a RollBack) {
 	if w.decision != "" {
 		return // a COMPLETE reported failed but stored: the conditional write keeps it
 	}
+	// The driver's rollback: at StepDone it first stores StepRollingBack
+	// (RollBackMarks), then PROXY. That write may fail, and the leader be
+	// lost before it is retried: a control plane taking over then recovers
+	// from the stored step, and must not complete what was rolled back.
+	w.rolledBack = true
+	if RollBackMarks(w.storedStep) && !w.attempt.off.has(guardRollBackMark) {
+		w.storedStep = StepRollingBack
+	}
+	if w.rng.IntN(10) == 0 {
+		w.say("PROXY not stored, leader lost", string(w.storedStep))
+		w.advance(time.Duration(w.rng.IntN(3000)) * time.Millisecond)
+		w.recoverAfterLoss()
+		return
+	}
 	w.decide("proxy", "rolled-back-"+a.Kind)
 	w.replOn = true // restarted at normal priority
 }
@@ -523,9 +554,13 @@ func (w *simWorld) rollBack(a RollBack) {
 // step.
 func (w *simWorld) recoverAfterLoss() {
 	w.say("leader lost", string(w.storedStep))
-	if Recover(w.now, w.storedStep, w.spec.Deadline) {
+	switch {
+	case Recover(w.now, w.storedStep, w.spec.Deadline):
 		w.decide("complete", "complete-recovered")
-	} else {
+	case w.rolledBack:
+		w.decide("proxy", "rolled-back-recovered-after-rollback")
+		w.replOn = true
+	default:
 		w.decide("proxy", "rolled-back-recovered")
 		w.replOn = true
 	}
@@ -535,6 +570,10 @@ func (w *simWorld) recoverAfterLoss() {
 func (w *simWorld) decide(d, outcome string) {
 	if w.decision != "" {
 		w.fail("decided %s after %s", d, w.decision)
+		return
+	}
+	if d == "complete" && w.rolledBack {
+		w.fail("COMPLETE (%s) after the attempt rolled back: decided twice", outcome)
 		return
 	}
 	w.decision, w.outcome, w.decidedAt = d, outcome, w.now
@@ -584,7 +623,7 @@ func (w *simWorld) lastLanding(i int) time.Time {
 	if until := w.sendsUntil(w.agents[i]); w.now.Before(until) {
 		// It may still send until then; the fence, once up, refuses what
 		// lands after it.
-		l := until.Add(max(w.cfg.Forward, w.spec.ForwardDeadline))
+		l := until.Add(max(w.cfg.Forward, w.spec.ForwardDeadline, w.unleasedF(w.agents[i])))
 		if w.fenceRefuses(l) {
 			l = w.fenceAt
 		}
@@ -608,6 +647,13 @@ func (w *simWorld) sendsUntil(a *simAgent) time.Time {
 	return until
 }
 
+// unleasedF is the F agent a answers within when it forwards without a
+// lease: the one it holds (the larger of the last answer before MIGRATING
+// and this control plane's), capped at UnleasedForward.
+func (w *simWorld) unleasedF(a *simAgent) time.Duration {
+	return max(1, min(max(a.heldF, w.cfg.Forward, w.spec.ForwardDeadline), w.cfg.UnleasedForward))
+}
+
 func (w *simWorld) fenceRefuses(at time.Time) bool {
 	return !w.fenceAt.IsZero() && !at.Before(w.fenceAt)
 }
@@ -615,9 +661,6 @@ func (w *simWorld) fenceRefuses(at time.Time) bool {
 func (w *simWorld) check() {
 	if w.after {
 		w.fail("the attempt asked for more after its decision")
-	}
-	if w.decision == "proxy" && !w.replOn {
-		w.fail("rolled back with replication stopped: what producers write under PROXY is not copied")
 	}
 }
 
@@ -652,9 +695,13 @@ func (w *simWorld) tick(to time.Time) {
 			if !at.Before(w.sendsUntil(a)) {
 				continue
 			}
-			land := at.Add(time.Duration(w.rng.Int64N(int64(forward))))
+			f := forward
+			if !at.Before(a.leaseEnd) {
+				f = w.unleasedF(a) // a fenced topic, forwarded without a lease
+			}
+			land := at.Add(time.Duration(w.rng.Int64N(int64(f))))
 			w.inflight = append(w.inflight, simWrite{agent: i, partition: w.rng.IntN(len(w.leo)), sendAt: at, landAt: land,
-				settleAt: at.Add(forward)})
+				settleAt: at.Add(f), f: f})
 		}
 	}
 	// Landings: each gets its offset, its commit and its answer.
@@ -671,7 +718,10 @@ func (w *simWorld) tick(to time.Time) {
 		p := wr.partition
 		wr.offset = w.leo[p]
 		w.leo[p]++
-		commit := wr.landAt.Add(time.Duration(w.rng.IntN(300)) * time.Millisecond)
+		// The followers' copy takes up to the writer's F (a write acked
+		// later is given up on): an acks=all write the source authorized
+		// just before the fence may be acked up to F after it was sent.
+		commit := wr.landAt.Add(time.Duration(w.rng.Int64N(int64(wr.f))))
 		if last := len(w.commitAt[p]); last > 0 && commit.Before(w.commitAt[p][last-1]) {
 			commit = w.commitAt[p][last-1]
 		}
