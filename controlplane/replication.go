@@ -182,7 +182,6 @@ func (a *ReplicatorAdapter) SourceEndOffsets(ctx context.Context, topic string) 
 	return sourceEndOffsets(ctx, a.Source, topic)
 }
 
-
 // WriteGuard keeps writers other than the replicator off D.T until COMPLETE
 // (docs/design.md §11).
 type WriteGuard interface {
