@@ -94,6 +94,9 @@ func TestGateRefusesAPartitionNotCopyingYet(t *testing.T) {
 			t.Errorf("refusal %q does not say %q", err, want)
 		}
 	}
+	if !RefusedForUnknownLag(err.Error()) {
+		t.Errorf("RefusedForUnknownLag(%q) = false: baton rollout wave --wait would not retry it", err)
+	}
 
 	release()
 	migrateWhenGateOpens(t, ctx, p, topic)

@@ -98,6 +98,18 @@ func (cp *ControlPlane) checkGates(ctx context.Context, name string) (refusals [
 	return refusals
 }
 
+// lagUnknown starts the time-lag gate's refusal of a topic whose time lag
+// is not measured (RefusedForUnknownLag).
+const lagUnknown = "time lag unknown"
+
+// RefusedForUnknownLag reports whether a migrate's refusal reason (a
+// wave's, an ErrGateRefused's) names the time-lag gate refusing because
+// the topic's lag was not measured yet: a refusal that passes once it is
+// (a topic just added, replication restarting after another cutover).
+func RefusedForUnknownLag(reason string) bool {
+	return strings.Contains(reason, gateRefusal{GateTimeLag, lagUnknown}.String())
+}
+
 // checkLagLocked is the time-lag gate: it returns its refusal, if any, and
 // the lag it read (zero when unknown). cp.mu is held.
 func (cp *ControlPlane) checkLagLocked(name string) (refusals []gateRefusal, lag time.Duration) {
@@ -105,7 +117,7 @@ func (cp *ControlPlane) checkLagLocked(name string) (refusals []gateRefusal, lag
 	lag, err := cp.cfg.repl.Lag(name)
 	switch {
 	case err != nil:
-		refusals = append(refusals, gateRefusal{GateTimeLag, fmt.Sprintf("time lag unknown: %v", err)})
+		refusals = append(refusals, gateRefusal{GateTimeLag, fmt.Sprintf("%s: %v", lagUnknown, err)})
 	case lag > limit:
 		refusals = append(refusals, gateRefusal{GateTimeLag,
 			fmt.Sprintf("time lag %v is above cutover timeout/4 = %v", lag.Round(time.Millisecond), limit)})

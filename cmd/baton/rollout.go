@@ -263,10 +263,16 @@ func (rw rolloutWaves) run(ctx context.Context, req controlplane.WaveRequest, wa
 	}
 }
 
-// unmeasured is the refused topics whose time lag is not measured.
+// unmeasured is the refused topics whose time lag was not measured: when
+// refused (its reason says so), or now. Read after the wave's cutovers
+// were followed, the status alone may already show the lag measured.
 func (rw rolloutWaves) unmeasured(ctx context.Context, refused []controlplane.WaveStay) ([]string, error) {
 	var out []string
 	for _, r := range refused {
+		if controlplane.RefusedForUnknownLag(r.Reason) {
+			out = append(out, r.Topic)
+			continue
+		}
 		st, err := rw.cl.Status(ctx, r.Topic)
 		if err != nil {
 			return nil, fmt.Errorf("%s: reading its status: %w", r.Topic, err)
