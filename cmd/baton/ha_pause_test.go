@@ -51,10 +51,13 @@ func TestPausedLeaderStepsDown(t *testing.T) {
 	if err := procs[0].proc.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	stopped := time.Now()
+	stopped, ackedAtStop := time.Now(), p.count()
 	api2 := apiOf(t, "r2", procs[1].log) // elected while r1 sleeps
-	t.Logf("r2 serving %v after r1 was stopped", time.Since(stopped).Round(time.Millisecond))
-	waitAcked(t, "records acked with r2 leading", 50, p)
+	// The agent stays with the stopped r1 (below), so it acks only while
+	// the lease r1 last granted holds: how many is the machine's speed,
+	// not a property to check.
+	t.Logf("r2 serving %v after r1 was stopped; %d records acked since the stop", time.Since(stopped).Round(time.Millisecond),
+		p.count()-ackedAtStop)
 	// Asleep past the agent's lease too, then woken: the agent's
 	// connection to r1 stays up meanwhile (the kernel answers for the
 	// stopped process), so the agent stays with it, and its lease runs out.
