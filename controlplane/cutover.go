@@ -256,18 +256,3 @@ func (cp *ControlPlane) rollback(ctx context.Context, name string, co Cutover, k
 	}
 	return nil
 }
-
-// pendingAgents is the drain of topic at version v now: which agents it
-// waits for (cutover.Drain).
-func (cp *ControlPlane) pendingAgents(topic string, v uint64) cutover.Pending {
-	now := cp.now()
-	d := &driver{cp: cp, name: topic}
-	agents := d.agents()
-	cp.mu.Lock()
-	spec := cutover.DrainSpec{Version: v}
-	if t, ok := cp.topics[topic]; ok {
-		spec.Fenced, spec.Forward = t.FenceAtCutover, t.ForwardDeadline
-	}
-	cp.mu.Unlock()
-	return cutover.Drain(now, cp.rules(), spec, agents)
-}

@@ -104,15 +104,12 @@ func (d *driver) watch() {
 // waitChange waits until an agent reports, a poll interval passes or the
 // run ends.
 func (d *driver) waitChange() {
-	ch := d.changed
-	if ch == nil {
-		d.cp.mu.Lock()
-		ch = d.cp.changed
-		d.cp.mu.Unlock()
+	if d.changed == nil {
+		d.watch()
 	}
 	select {
 	case <-d.ctx.Done():
-	case <-ch:
+	case <-d.changed:
 	case <-time.After(d.cp.cfg.poll):
 	}
 }

@@ -184,3 +184,18 @@ func TestRecordedRestartKeepsTheEarlierGrant(t *testing.T) {
 		t.Fatalf("restarted: earlier grant %v, want the first process's last, %v", e, t0.Add(time.Second))
 	}
 }
+
+// pendingAgents (for tests) is the drain of topic at version v now: which agents it
+// waits for (cutover.Drain).
+func (cp *ControlPlane) pendingAgents(topic string, v uint64) cutover.Pending {
+	now := cp.now()
+	d := &driver{cp: cp, name: topic}
+	agents := d.agents()
+	cp.mu.Lock()
+	spec := cutover.DrainSpec{Version: v}
+	if t, ok := cp.topics[topic]; ok {
+		spec.Fenced, spec.Forward = t.FenceAtCutover, t.ForwardDeadline
+	}
+	cp.mu.Unlock()
+	return cutover.Drain(now, cp.rules(), spec, agents)
+}
