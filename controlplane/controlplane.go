@@ -191,9 +191,8 @@ type ControlPlane struct {
 	byp           *bypass      // bypass detection (bypass.go)
 	rollout       rolloutState // writers per topic and waves run (rollout.go)
 	bypassMetrics *bypassMetrics
-	// cutoverDurations is baton_controlplane_cutover_duration_seconds
-	// (metrics.go).
-	cutoverDurations *prometheus.HistogramVec
+	// cutoverMetrics are the cutovers' histograms (metrics.go).
+	cutoverMetrics cutoverMetrics
 }
 
 type run struct {
@@ -255,7 +254,7 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 	if err != nil {
 		return nil, err
 	}
-	durations, err := newCutoverDurations(cfg.registry)
+	cm, err := newCutoverMetrics(cfg.registry)
 	if err != nil {
 		return nil, err
 	}
@@ -266,7 +265,7 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 		topics: map[string]*Topic{}, agents: map[string]*Agent{}, dirty: map[string]bool{},
 		runs: map[string]*run{}, changed: make(chan struct{}),
 		guards: map[string]*guardRestore{}, wakeGuards: make(chan struct{}, 1), latency: map[string]pushedLatency{}, proxySpans: map[string]uint64{},
-		recorded: map[string]int64{}, byp: newBypass(), bypassMetrics: bm, cutoverDurations: durations}
+		recorded: map[string]int64{}, byp: newBypass(), bypassMetrics: bm, cutoverMetrics: cm}
 	cp.gateChecks = cp.gates()
 	cp.findings.open, cp.findings.started = map[migration.FindingKey]*Finding{}, cp.now()
 	for _, c := range []prometheus.Collector{findingsCollector{cp}, stateCollector{cp}} {

@@ -19,6 +19,7 @@ type driver struct {
 	cp   *ControlPlane
 	name string
 	co   Cutover
+	a    *cutover.Attempt
 	// ctx is the run's: it ends at an abort, or when the control plane
 	// stops. dctx is ctx bounded by the attempt's deadline.
 	ctx, dctx context.Context
@@ -51,7 +52,7 @@ func (cp *ControlPlane) cutover(ctx context.Context, name string, co Cutover, r 
 		FenceAtCutover: t.FenceAtCutover, ForwardDeadline: t.ForwardDeadline})
 	dctx, cancel := context.WithDeadline(ctx, co.Deadline)
 	defer cancel()
-	d := &driver{cp: cp, name: name, co: co, ctx: ctx, dctx: dctx}
+	d := &driver{cp: cp, name: name, co: co, a: a, ctx: ctx, dctx: dctx}
 	actions := a.Step(cp.now(), cutover.Start{})
 	for len(actions) > 0 {
 		act := actions[0]
@@ -59,7 +60,7 @@ func (cp *ControlPlane) cutover(ctx context.Context, name string, co Cutover, r 
 		switch x := act.(type) {
 		case cutover.Emit:
 			cp.event(ctx, Event{Topic: name, Kind: x.Kind, Actor: ActorControlPlane, Attempt: co.Attempt, Agent: x.Agent,
-				Reason: x.Reason, Version: co.Version, StartedAt: co.StartedAt})
+				Reason: x.Reason, Version: co.Version, StartedAt: co.StartedAt, Took: x.Took})
 			continue
 		case cutover.RollBack:
 			d.rollBack(x)
@@ -228,7 +229,7 @@ func (d *driver) storeComplete() cutover.Event {
 	}
 	delete(cp.runs, d.name)
 	cp.event(d.ctx, Event{Topic: d.name, Kind: EventCompleted, From: migration.Migrating.String(), To: migration.Complete.String(),
-		Actor: ActorControlPlane, Attempt: co.Attempt, Version: cp.version, StartedAt: co.StartedAt,
+		Actor: ActorControlPlane, Attempt: co.Attempt, Version: cp.version, StartedAt: co.StartedAt, Took: d.a.Took(cp.now()),
 		Reason: fmt.Sprintf("cutover took %v", cp.now().Sub(co.StartedAt).Round(time.Millisecond))})
 	return cutover.CompleteStored{}
 }

@@ -20,26 +20,51 @@ const (
 	outcomeRolledBack = "rolled_back"
 )
 
-// newCutoverDurations registers baton_controlplane_cutover_duration_seconds.
-func newCutoverDurations(reg prometheus.Registerer) (*prometheus.HistogramVec, error) {
-	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "baton_controlplane_cutover_duration_seconds",
-		Help:    "Cutovers from MIGRATING pushed to COMPLETE stored (outcome completed) or PROXY stored again (rolled_back).",
-		Buckets: cutoverBuckets,
-	}, []string{"outcome"})
-	if err := reg.Register(h); err != nil {
-		return nil, fmt.Errorf("%w: metrics: %w", ErrBadConfig, err)
-	}
-	return h, nil
+// stepBuckets span one step of a cutover: an event-driven drain or final
+// copy takes milliseconds; a drain that waits for a lease, seconds.
+var stepBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
+
+// cutoverMetrics are the cutovers' histograms.
+type cutoverMetrics struct {
+	// durations is baton_controlplane_cutover_duration_seconds{outcome}.
+	durations *prometheus.HistogramVec
+	// steps is baton_controlplane_cutover_step_duration_seconds{step}.
+	steps *prometheus.HistogramVec
 }
 
-// observeCutover records a decided cutover's duration from the event that
-// says it was decided: every path that stores COMPLETE or rolls back
+// newCutoverMetrics registers the cutovers' histograms.
+func newCutoverMetrics(reg prometheus.Registerer) (cutoverMetrics, error) {
+	m := cutoverMetrics{
+		durations: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "baton_controlplane_cutover_duration_seconds",
+			Help:    "Cutovers from MIGRATING pushed to COMPLETE stored (outcome completed) or PROXY stored again (rolled_back).",
+			Buckets: cutoverBuckets,
+		}, []string{"outcome"}),
+		steps: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "baton_controlplane_cutover_step_duration_seconds",
+			Help: "Steps of the cutovers, by the event that ends each: drained, source_fenced, end_offsets, lag_zero, " +
+				"replication_stopped, guard_lifted, completed (each since the one before, the first since MIGRATING was pushed).",
+			Buckets: stepBuckets,
+		}, []string{"step"}),
+	}
+	for _, c := range []prometheus.Collector{m.durations, m.steps} {
+		if err := reg.Register(c); err != nil {
+			return cutoverMetrics{}, fmt.Errorf("%w: metrics: %w", ErrBadConfig, err)
+		}
+	}
+	return m, nil
+}
+
+// observeCutover records a step's duration from the event that ends it,
+// and a decided cutover's duration from the event that says it was decided: every path that stores COMPLETE or rolls back
 // (cutover, resume, rollback) appends one of these two, once, with the
 // attempt's start.
 func (cp *ControlPlane) observeCutover(e Event) {
 	if e.StartedAt.IsZero() {
 		return
+	}
+	if e.Took > 0 {
+		cp.cutoverMetrics.steps.WithLabelValues(e.Kind).Observe(e.Took.Seconds())
 	}
 	var outcome string
 	switch e.Kind {
@@ -50,7 +75,7 @@ func (cp *ControlPlane) observeCutover(e Event) {
 	default:
 		return
 	}
-	cp.cutoverDurations.WithLabelValues(outcome).Observe(e.Time.Sub(e.StartedAt).Seconds())
+	cp.cutoverMetrics.durations.WithLabelValues(outcome).Observe(e.Time.Sub(e.StartedAt).Seconds())
 }
 
 var (

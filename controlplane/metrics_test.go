@@ -2,7 +2,9 @@ package controlplane
 
 import (
 	"context"
+	"maps"
 	"math"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/controlplane/cutover"
 	"github.com/baton-kafka/baton/migration"
 )
 
@@ -172,5 +175,44 @@ func TestCutoverDurationHistogram(t *testing.T) {
 		if want := decided.Sub(started).Seconds(); math.Abs(m.GetSampleSum()-want) > 1e-3 {
 			t.Errorf("%s cutover observed as %vs, want %vs, its event's time since its start", outcome, m.GetSampleSum(), want)
 		}
+	}
+
+	// The completed cutover's steps: each event that ends one carries its
+	// duration, observed once under its kind, and together they are the
+	// cutover (its topic is not fenced: no source_fenced). The aborted one
+	// ended no step: it was still draining.
+	evs, err := p.cp.Events(ctx, "done", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := series(t, reg, "baton_controlplane_cutover_step_duration_seconds")
+	var sum, total time.Duration
+	for _, e := range evs {
+		if e.Kind == EventCompleted {
+			total = e.Time.Sub(e.StartedAt)
+		}
+		if e.Took == 0 {
+			continue
+		}
+		sum += e.Took
+		m := steps["step="+e.Kind].GetHistogram()
+		if m.GetSampleCount() != 1 || math.Abs(m.GetSampleSum()-e.Took.Seconds()) > 1e-9 {
+			t.Errorf("step %s took %v by its event, observed %d times summing %vs, want once", e.Kind, e.Took, m.GetSampleCount(), m.GetSampleSum())
+		}
+	}
+	for _, kind := range []string{cutover.KindDrained, cutover.KindEndOffsets, cutover.KindLagZero, cutover.KindReplStopped,
+		cutover.KindGuardLifted, EventCompleted} {
+		if _, ok := steps["step="+kind]; !ok {
+			t.Errorf("no %s step observed; observed %v", kind, slices.Sorted(maps.Keys(steps)))
+		}
+	}
+	if len(steps) != 6 {
+		t.Errorf("steps observed: %v, want the completed cutover's 6", slices.Sorted(maps.Keys(steps)))
+	}
+	// The steps lie within the cutover: the first begins when the core
+	// starts, after MIGRATING was stored, and the event saying COMPLETE is
+	// stamped after the last ended.
+	if sum <= 0 || sum > total {
+		t.Errorf("the steps took %v in all, the cutover %v: they should lie within it", sum, total)
 	}
 }

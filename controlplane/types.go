@@ -182,6 +182,9 @@ type Event struct {
 	Version uint64    `json:"version,omitempty"`
 	// StartedAt is the cutover attempt's start, for cutover events.
 	StartedAt time.Time `json:"startedAt,omitzero"`
+	// Took, on the cutover event that ends a step (cutover.Steps, and
+	// completed), is how long the step took, in nanoseconds on the wire.
+	Took time.Duration `json:"tookNanos,omitempty"`
 	// Bypass details forgotten_producer and source_written_after_complete.
 	Bypass *BypassInfo `json:"bypass,omitempty"`
 	// FenceAtCutover, on a removed event: the topic's routes had promised

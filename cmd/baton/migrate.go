@@ -178,6 +178,9 @@ func (w cutoverWait) step(e controlplane.Event) error {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s%10s  %-22s", w.prefix, fmt.Sprintf("+%.3fs", e.Time.Sub(w.co.StartedAt).Seconds()), e.Kind)
+	if e.Took > 0 {
+		fmt.Fprintf(&b, " took=%v", tookText(e.Took))
+	}
 	if e.Agent != "" {
 		fmt.Fprintf(&b, " agent=%s", e.Agent)
 	}
@@ -186,6 +189,15 @@ func (w cutoverWait) step(e controlplane.Event) error {
 	}
 	_, err := fmt.Fprintln(w.out, strings.TrimRight(b.String(), " "))
 	return err
+}
+
+// tookText is a step's duration as printed: to the millisecond from a
+// second up, to 10 µs below.
+func tookText(d time.Duration) time.Duration {
+	if d >= time.Second {
+		return d.Round(time.Millisecond)
+	}
+	return d.Round(10 * time.Microsecond)
 }
 
 // outcome is what main is told of the deciding event end; seen, when not

@@ -288,6 +288,9 @@ func newEventsCmd() *cobra.Command {
 				if e.Agent != "" {
 					fmt.Fprintf(&b, " agent=%s", e.Agent)
 				}
+				if e.Took > 0 {
+					fmt.Fprintf(&b, " took=%v", tookText(e.Took))
+				}
 				fmt.Fprintf(&b, " actor=%s", e.Actor)
 				if e.Reason != "" {
 					fmt.Fprintf(&b, ": %s", e.Reason)

@@ -72,6 +72,12 @@ const (
 	KindAborted        = "aborted"
 )
 
+// Steps are the kinds of the events that end a step of the cutover, in
+// the order an attempt records them: each carries the step's duration
+// (Emit.Took). The driver's event that says COMPLETE was stored ends the
+// last (Attempt.Took).
+var Steps = []string{KindDrained, KindSourceFenced, KindEndOffsets, KindLagZero, KindReplStopped, KindGuardLifted}
+
 // TimedOut starts the reason of a rollback because the deadline passed.
 const TimedOut = "controlplane: cutover timeout passed"
 
@@ -103,6 +109,8 @@ type Attempt struct {
 
 	phase   phase
 	decided bool
+	// mark is when the current step began: Start, then each step's event.
+	mark time.Time
 	// seen is what the drain has said of each agent (bits of seenWaiting,
 	// seenDrained, seenExpired), so each is said once.
 	seen map[string]uint8
@@ -130,6 +138,17 @@ type Spec struct {
 func New(cfg Config, s Spec) *Attempt {
 	return &Attempt{cfg: cfg, topic: s.Topic, version: s.Version, deadline: s.Deadline, fenceAtCutover: s.FenceAtCutover,
 		forward: s.ForwardDeadline, seen: map[string]uint8{}}
+}
+
+// Took is how long the step under way at now has taken: since the last
+// step's event (Steps), or since Start.
+func (a *Attempt) Took(now time.Time) time.Duration { return now.Sub(a.mark) }
+
+// ended is the event that ends a step at now: it carries the step's
+// duration, and the next step begins.
+func (a *Attempt) ended(now time.Time, e Emit) Emit {
+	e.Took, a.mark = now.Sub(a.mark), now
+	return e
 }
 
 // Decided reports whether COMPLETE was stored or a rollback asked for.
@@ -190,7 +209,7 @@ func (a *Attempt) Step(now time.Time, e Event) []Action {
 	switch a.phase {
 	case phaseStart:
 		if _, ok := e.(Start); ok {
-			a.phase = phaseLeases
+			a.phase, a.mark = phaseLeases, now
 			return []Action{ReadLeases{}}
 		}
 	case phaseLeases:
@@ -272,7 +291,7 @@ func (a *Attempt) Step(now time.Time, e Event) []Action {
 			}
 			a.phase = phaseDoneStep
 			return []Action{
-				Emit{Kind: KindGuardLifted, Reason: "producers may write the topic on the destination"},
+				a.ended(now, Emit{Kind: KindGuardLifted, Reason: "producers may write the topic on the destination"}),
 				// A leader that takes over from here stores COMPLETE
 				// instead of rolling back (Recover).
 				StoreStep{Step: StepDone},
@@ -337,7 +356,7 @@ func (a *Attempt) agents(now time.Time, agents []Agent) []Action {
 		}
 		return append(out, ReadAgents{Wait: true})
 	}
-	out = append(out, Emit{Kind: KindDrained, Reason: "every agent stopped forwarding and drained, or its lease ran out"})
+	out = append(out, a.ended(now, Emit{Kind: KindDrained, Reason: "every agent stopped forwarding and drained, or its lease ran out"}))
 	if !a.fenceAtCutover {
 		return append(out, a.replicateToEnd()...)
 	}
@@ -362,8 +381,8 @@ func (a *Attempt) fenceChecked(now time.Time, r FenceChecked) []Action {
 		}
 		a.phase = phaseFenceWait
 		return []Action{
-			Emit{Kind: KindSourceFenced, Reason: fmt.Sprintf("every source broker denies writes to %s (superusers aside); "+
-				"waiting F (%v) for produce requests the source accepted just before", a.topic, wait)},
+			a.ended(now, Emit{Kind: KindSourceFenced, Reason: fmt.Sprintf("every source broker denies writes to %s (superusers aside); "+
+				"waiting F (%v) for produce requests the source accepted just before", a.topic, wait)}),
 			Sleep{For: wait},
 		}
 	}
@@ -390,7 +409,7 @@ func (a *Attempt) endOffsets(now time.Time, r EndOffsetsRead) []Action {
 	if a.ends == nil {
 		a.ends = map[int32]int64{}
 	}
-	out := []Action{Emit{Kind: KindEndOffsets, Reason: "source end offsets " + FormatOffsets(a.ends)}}
+	out := []Action{a.ended(now, Emit{Kind: KindEndOffsets, Reason: "source end offsets " + FormatOffsets(a.ends)})}
 	// A leader acks an acks=1 write before its followers copy it, so it can
 	// sit above the high watermark just read: the destination must hold
 	// what any agent acked too (if the leader lost it, the wait times out
@@ -420,7 +439,7 @@ func (a *Attempt) progress(now time.Time, r ProgressRead) []Action {
 		if ok || a.off.has(guardReplicationEnds) {
 			a.phase = phaseStopStep
 			return []Action{
-				Emit{Kind: KindLagZero, Reason: "destination holds every source record up to the end offsets"},
+				a.ended(now, Emit{Kind: KindLagZero, Reason: "destination holds every source record up to the end offsets"}),
 				StoreStep{Step: StepStopReplication},
 			}
 		}
@@ -444,7 +463,7 @@ func (a *Attempt) stopped(now time.Time, r ReplicationStopped) []Action {
 	}
 	// Said before the deadline's check: where the copy stopped is worth
 	// reading before the timed_out that may follow.
-	stopped := Emit{Kind: KindReplStopped, Reason: "final offsets " + FormatOffsets(r.Final)}
+	stopped := a.ended(now, Emit{Kind: KindReplStopped, Reason: "final offsets " + FormatOffsets(r.Final)})
 	if a.late(now) {
 		return append([]Action{stopped}, a.fail(KindTimedOut, TimedOut+": after stopping replication")...)
 	}

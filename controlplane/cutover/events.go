@@ -104,7 +104,13 @@ func (Abort) event()              {}
 type Action interface{ action() }
 
 // Emit records a cutover event (Kind, the Agent it is about, Reason).
-type Emit struct{ Kind, Agent, Reason string }
+// Took, on the event that ends a step (Steps lists their kinds), is how
+// long that step took: since the previous step's event, or since Start
+// for the first.
+type Emit struct {
+	Kind, Agent, Reason string
+	Took                time.Duration
+}
 
 // ReadLeases reads the leases other replicas granted (answer: LeasesRead).
 type ReadLeases struct{}
