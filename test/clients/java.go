@@ -102,6 +102,8 @@ func (j Java) Produce(ctx context.Context, cfg ProduceConfig, onAck func(Ack)) e
 
 	args := []string{
 		"-Xms64m", "-Xmx512m", "-XX:+UseSerialGC",
+		// C1 only: one short run at a test's rate never repays C2.
+		"-XX:TieredStopAtLevel=1",
 		// kafka-clients logs through slf4j to log4j2's default config:
 		// warnings and errors, on stderr (BatonProducer keeps stdout for
 		// acks), where the driver keeps the tail for errors.
