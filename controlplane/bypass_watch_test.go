@@ -9,6 +9,7 @@ import (
 	"time"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/controlplane/replication"
 	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/replicator"
 )
@@ -29,7 +30,7 @@ func (r *sourceEndsFail) SourceEndOffsets(_ context.Context, topic string) (map[
 	}
 	r.mu.Unlock()
 	c.Add(1)
-	return nil, ErrNotReady
+	return nil, replication.ErrNotReady
 }
 
 func (r *sourceEndsFail) count(topic string) int32 {

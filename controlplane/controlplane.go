@@ -382,7 +382,7 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 func (cp *ControlPlane) XDS() *xds.Server { return cp.cfg.xds }
 
 // Register serves ADS and the Lease service on g, and the Replication
-// service when replication is by workers (WorkerPool).
+// service when replication is by workers (replication.WorkerPool).
 func (cp *ControlPlane) Register(g *grpc.Server) {
 	cp.cfg.xds.Register(g)
 	batonv1.RegisterLeaseServer(g, cp)

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/controlplane/replication"
 	"github.com/baton-kafka/baton/internal/embedded"
 	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/migration"
@@ -39,7 +40,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // kafkaEnv is a source and destination on kfake with a running replicator.
 type kafkaEnv struct {
 	src, dst *embedded.Cluster
-	repl     *ReplicatorAdapter
+	repl     *replication.ReplicatorAdapter
 	prod     *kgo.Client
 }
 
@@ -74,7 +75,7 @@ func startKafka(t *testing.T, ctx context.Context) *kafkaEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(prod.Close)
-	return &kafkaEnv{src: src, dst: dst, repl: &ReplicatorAdapter{R: r, Source: kadm.NewClient(scl)}, prod: prod}
+	return &kafkaEnv{src: src, dst: dst, repl: &replication.ReplicatorAdapter{R: r, Source: kadm.NewClient(scl)}, prod: prod}
 }
 
 func (k *kafkaEnv) produce(t *testing.T, ctx context.Context, topic string, n int) {

@@ -379,9 +379,9 @@ func (s *LeaseSwitch) Heartbeat(ctx context.Context, req *batonv1.HeartbeatReque
 }
 
 // ReplicationSwitch is a replica's Replication service: the leader's
-// WorkerPool once the replica is elected (Set), and until then an answer
-// that names this replica a follower (Unavailable): workers ask the next
-// replica they were given.
+// replication.WorkerPool once the replica is elected (Set), and until then
+// an answer that names this replica a follower (Unavailable): workers ask
+// the next replica they were given.
 type ReplicationSwitch struct {
 	batonv1.UnimplementedReplicationServer
 	cur atomic.Pointer[batonv1.ReplicationServer]

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/controlplane/replication"
 	"github.com/baton-kafka/baton/replicator"
 )
 
@@ -20,10 +21,10 @@ func (idleReplication) Stop(context.Context, string) (map[int32]int64, []replica
 	return map[int32]int64{}, nil, nil
 }
 func (idleReplication) SetMigrating(string, bool) error          { return nil }
-func (idleReplication) Lag(string) (time.Duration, error)        { return 0, ErrNotReady }
-func (idleReplication) Progress(string) (map[int32]int64, error) { return nil, ErrNotReady }
+func (idleReplication) Lag(string) (time.Duration, error)        { return 0, replication.ErrNotReady }
+func (idleReplication) Progress(string) (map[int32]int64, error) { return nil, replication.ErrNotReady }
 func (idleReplication) SourceEndOffsets(context.Context, string) (map[int32]int64, error) {
-	return nil, ErrNotReady
+	return nil, replication.ErrNotReady
 }
 
 // FuzzHeartbeat feeds arbitrary TopicDrain reports to the lease service:

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/baton-kafka/baton/controlplane/replication"
 	"github.com/baton-kafka/baton/migration"
 )
 
@@ -190,7 +191,7 @@ func reply(w http.ResponseWriter, v any, err error) {
 	case errors.Is(err, ErrIllegalTransition), errors.Is(err, ErrCutoverRunning), errors.Is(err, ErrGateRefused),
 		errors.Is(err, ErrTopicExists), errors.Is(err, ErrNeedsForce):
 		code = http.StatusConflict
-	case errors.Is(err, ErrBadConfig):
+	case errors.Is(err, ErrBadConfig), errors.Is(err, replication.ErrBadConfig):
 	default:
 		code = http.StatusInternalServerError
 	}

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-
-	"github.com/twmb/franz-go/pkg/kadm"
 )
 
 // What `baton apply` reads besides the topics (docs/kubernetes.md, Plan):
@@ -31,37 +29,6 @@ type ClustersView struct {
 // topics (internal topics left out).
 type SourceTopicLister interface {
 	SourceTopics(ctx context.Context) ([]string, error)
-}
-
-var (
-	_ SourceTopicLister = (*ReplicatorAdapter)(nil)
-	_ SourceTopicLister = (*WorkerPool)(nil)
-)
-
-// SourceTopics implements SourceTopicLister.
-func (a *ReplicatorAdapter) SourceTopics(ctx context.Context) ([]string, error) {
-	return listTopics(ctx, a.Source)
-}
-
-// SourceTopics implements SourceTopicLister.
-func (p *WorkerPool) SourceTopics(ctx context.Context) ([]string, error) {
-	return listTopics(ctx, p.source)
-}
-
-func listTopics(ctx context.Context, adm *kadm.Client) ([]string, error) {
-	if adm == nil {
-		return nil, fmt.Errorf("%w: no source client to list its topics", ErrBadConfig)
-	}
-	ts, err := adm.ListTopics(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("controlplane: listing the source's topics: %w", err)
-	}
-	if err := ts.Error(); err != nil {
-		return nil, fmt.Errorf("controlplane: listing the source's topics: %w", err)
-	}
-	names := ts.Names()
-	slices.Sort(names)
-	return names, nil
 }
 
 // Clusters is the clusters this control plane migrates between.

@@ -16,12 +16,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/controlplane/replication"
 	"github.com/baton-kafka/baton/internal/embedded"
 )
 
 // TestPlanReadsOverHTTP: GET /v1/clusters answers the clusters the
 // control plane was given; GET /v1/source-topics lists the source's
-// topics, sorted, through a worker pool's source client; a replication that cannot list them is refused (HTTP 400),
+// topics, sorted, through a worker pool's source client; a replication
+// that cannot list them, or has no source client, is refused (HTTP 400),
 // saying so.
 func TestPlanReadsOverHTTP(t *testing.T) {
 	t.Parallel()
@@ -41,7 +43,7 @@ func TestPlanReadsOverHTTP(t *testing.T) {
 	if _, err := adm.CreateTopics(ctx, 1, 1, nil, "zeta", "alpha"); err != nil {
 		t.Fatal(err)
 	}
-	pool, err := NewWorkerPool(adm, 3*time.Second, time.Second, 0, nil)
+	pool, err := replication.NewWorkerPool(adm, 3*time.Second, time.Second, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,4 +83,16 @@ func TestPlanReadsOverHTTP(t *testing.T) {
 	if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || !strings.Contains(err.Error(), "cannot list the source's topics") {
 		t.Errorf("a replication that cannot list topics: %v; want HTTP 400 saying so", err)
 	}
+	_, err = serve(noSourceClient{}).SourceTopics(ctx)
+	if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || !strings.Contains(err.Error(), "no source client") {
+		t.Errorf("a replication without a source client: %v; want HTTP 400 saying so", err)
+	}
+}
+
+// noSourceClient is a replication whose topic listing is an in-process
+// one's without a source client.
+type noSourceClient struct{ idleReplication }
+
+func (noSourceClient) SourceTopics(ctx context.Context) ([]string, error) {
+	return (&replication.ReplicatorAdapter{}).SourceTopics(ctx)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 
+	"github.com/baton-kafka/baton/controlplane/replication"
 	"github.com/baton-kafka/baton/internal/embedded"
 	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/migration"
@@ -391,7 +392,7 @@ func startFencedKafka(t *testing.T, ctx context.Context, topics ...string) (*kaf
 	admCl := saslClient(t, src, "admin", "admin-pw")
 	createTopics(t, ctx, kadm.NewClient(admCl), topics...)
 	prod := saslClient(t, src, "app", "app-pw")
-	return &kafkaEnv{src: src, dst: dst, repl: &ReplicatorAdapter{R: r, Source: kadm.NewClient(admCl)}, prod: prod}, admCl
+	return &kafkaEnv{src: src, dst: dst, repl: &replication.ReplicatorAdapter{R: r, Source: kadm.NewClient(admCl)}, prod: prod}, admCl
 }
 
 // startFencedPlane is a control plane on an etcd in dir whose source fence

@@ -3,9 +3,9 @@
 // Lease service agents heartbeat to, the etcd store that keeps topic
 // states, versions, agents' lease grants and the audit event log across
 // restarts, and the HTTP API the `baton` CLI speaks. It drives the
-// replicator through the small Replication interface and the destination
-// write guard through WriteGuard; it pushes routes to agents through an
-// xds.Server.
+// replicator through the small Replication interface (its drivers are
+// package controlplane/replication's) and the destination write guard
+// through WriteGuard; it pushes routes to agents through an xds.Server.
 //
 // Safety rules it keeps:
 //
@@ -92,8 +92,6 @@ var (
 	// ErrDecided: a cutover attempt's COMPLETE or rollback committed
 	// already; the write that got it wrote nothing.
 	ErrDecided = errors.New("controlplane: the cutover attempt is decided")
-	// ErrNotReady: the replicator has not set the topic up yet.
-	ErrNotReady = errors.New("controlplane: replication of the topic is not ready")
 	// ErrTransactions: the source's transactional producers of a topic
 	// could not be read (DescribeProducers, ListTransactions,
 	// DescribeTransactions); the message says which and why.

@@ -23,6 +23,7 @@ import (
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/replication"
 	"github.com/baton-kafka/baton/internal/keypair"
 	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/replicator"
@@ -385,9 +386,9 @@ func (w *leaderWiring) sourceFence(ctx context.Context, scl *kgo.Client) (contro
 // process, or without r (--replication=workers) a pool of workers.
 func (w *leaderWiring) replication(r *replicator.Replicator, scl *kgo.Client, margin time.Duration) (controlplane.Replication, func(context.Context), error) {
 	if r != nil {
-		return &controlplane.ReplicatorAdapter{R: r, Source: kadm.NewClient(scl)}, func(ctx context.Context) { _ = r.Run(ctx) }, nil
+		return &replication.ReplicatorAdapter{R: r, Source: kadm.NewClient(scl)}, func(ctx context.Context) { _ = r.Run(ctx) }, nil
 	}
-	pool, err := controlplane.NewWorkerPool(kadm.NewClient(scl), w.fl.lease, w.fl.forward, margin, w.log)
+	pool, err := replication.NewWorkerPool(kadm.NewClient(scl), w.fl.lease, w.fl.forward, margin, w.log)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -17,6 +17,7 @@ import (
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/replication"
 	"github.com/baton-kafka/baton/internal/testcert"
 	"github.com/baton-kafka/baton/replicator"
 )
@@ -100,9 +101,9 @@ func (noReplication) Stop(context.Context, string) (map[int32]int64, []replicato
 	return nil, nil, nil
 }
 func (noReplication) SetMigrating(string, bool) error          { return nil }
-func (noReplication) Lag(string) (time.Duration, error)        { return 0, controlplane.ErrNotReady }
-func (noReplication) Progress(string) (map[int32]int64, error) { return nil, controlplane.ErrNotReady }
+func (noReplication) Lag(string) (time.Duration, error)        { return 0, replication.ErrNotReady }
+func (noReplication) Progress(string) (map[int32]int64, error) { return nil, replication.ErrNotReady }
 func (noReplication) SourceEndOffsets(context.Context, string) (map[int32]int64, error) {
-	return nil, controlplane.ErrNotReady
+	return nil, replication.ErrNotReady
 }
 func (noReplication) Diverged(string) map[int32]string { return nil }

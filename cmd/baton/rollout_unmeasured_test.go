@@ -24,8 +24,8 @@ func TestUnmeasuredTakesTheRefusalsReason(t *testing.T) {
 	defer srv.Close()
 	rw := rolloutWaves{cl: &controlplane.APIClient{Base: srv.URL}}
 	refused := []controlplane.WaveStay{
-		{Topic: "t-b", Reason: "controlplane: cutover gate refused: t-b: gate time-lag: time lag unknown: controlplane: replication " +
-			"of the topic is not ready: t-b/0 has not resumed copying yet; to start anyway: baton topic migrate t-b --force=time-lag"},
+		{Topic: "t-b", Reason: "controlplane: cutover gate refused: t-b: gate time-lag: time lag unknown: replication: the topic's " +
+			"copy is not ready: t-b/0 has not resumed copying yet; to start anyway: baton topic migrate t-b --force=time-lag"},
 		{Topic: "t-c", Reason: "controlplane: cutover gate refused: t-c: gate time-lag: time lag 9s is above cutover timeout/4 = 2.5s"},
 	}
 	got, err := rw.unmeasured(context.Background(), refused)

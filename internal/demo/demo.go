@@ -32,6 +32,7 @@ import (
 	"github.com/baton-kafka/baton/agent"
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/replication"
 	"github.com/baton-kafka/baton/internal/embedded"
 	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/replicator"
@@ -203,7 +204,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer store.Close()
 	cp, err := controlplane.New(ctx, controlplane.WithStore(store), controlplane.Logger(quiet),
 		controlplane.CutoverTimeout(cfg.CutoverTimeout),
-		controlplane.WithReplication(&controlplane.ReplicatorAdapter{R: repl, Source: srcAdm}),
+		controlplane.WithReplication(&replication.ReplicatorAdapter{R: repl, Source: srcAdm}),
 		controlplane.Clusters(&batonv1.Cluster{Name: "source", Bootstrap: src.Addrs()},
 			&batonv1.Cluster{Name: "destination", Bootstrap: dst.Addrs()}))
 	if err != nil {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
-	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/replication"
 	"github.com/baton-kafka/baton/internal/embedded"
 	"github.com/baton-kafka/baton/replicator/worker"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -315,8 +315,8 @@ func TestNewLeaderDropsADelayedClaim(t *testing.T) {
 		flight = 500 * time.Millisecond
 	)
 	e := startEnv(t, topic, 1)
-	newPool := func() *controlplane.WorkerPool {
-		p, err := controlplane.NewWorkerPool(e.sadm, lease, flight, 0, slog.Default())
+	newPool := func() *replication.WorkerPool {
+		p, err := replication.NewWorkerPool(e.sadm, lease, flight, 0, slog.Default())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,7 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
-	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/replication"
 	"github.com/baton-kafka/baton/internal/embedded"
 	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/replicator"
@@ -35,7 +35,7 @@ const (
 // link is a worker's connection to the control plane: WorkerPool.Work,
 // called directly, or Unavailable while down.
 type link struct {
-	pool *controlplane.WorkerPool
+	pool *replication.WorkerPool
 	down atomic.Bool
 }
 
@@ -57,7 +57,7 @@ type node struct {
 
 // startNode runs a worker with a replicator (opts added to the test's)
 // until the test ends.
-func startNode(t *testing.T, id string, pool *controlplane.WorkerPool, src, dst []string, opts ...replicator.Opt) *node {
+func startNode(t *testing.T, id string, pool *replication.WorkerPool, src, dst []string, opts ...replicator.Opt) *node {
 	t.Helper()
 	l := &link{pool: pool}
 	w, err := worker.New(id, l, slog.Default())
@@ -98,7 +98,7 @@ func (n *node) holds(topic string, p int32) bool {
 type env struct {
 	dstCluster *embedded.Cluster // for faults injected into the destination
 	src, dst   []string
-	pool       *controlplane.WorkerPool
+	pool       *replication.WorkerPool
 	sadm       *kadm.Client
 	dadm       *kadm.Client
 }
@@ -131,7 +131,7 @@ func startEnv(t *testing.T, topic string, partitions int32) *env {
 	if _, err := e.sadm.CreateTopic(context.Background(), partitions, 1, nil, topic); err != nil {
 		t.Fatal(err)
 	}
-	if e.pool, err = controlplane.NewWorkerPool(e.sadm, revLease, revFlight, 0, slog.Default()); err != nil {
+	if e.pool, err = replication.NewWorkerPool(e.sadm, revLease, revFlight, 0, slog.Default()); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.pool.Start(topic); err != nil {
@@ -367,7 +367,7 @@ func (fakeCopier) Stop(context.Context, string) (replicator.Stopped, error) {
 
 // swLink is a link whose control plane can be switched (a new leader).
 type swLink struct {
-	pool atomic.Pointer[controlplane.WorkerPool]
+	pool atomic.Pointer[replication.WorkerPool]
 	down atomic.Bool
 }
 
@@ -378,7 +378,7 @@ func (l *swLink) Work(ctx context.Context, in *batonv1.WorkRequest, _ ...grpc.Ca
 	return l.pool.Load().Work(ctx, in)
 }
 
-func startFakeWorker(t *testing.T, id string, pool *controlplane.WorkerPool) (*worker.Worker, *swLink) {
+func startFakeWorker(t *testing.T, id string, pool *replication.WorkerPool) (*worker.Worker, *swLink) {
 	t.Helper()
 	l := &swLink{}
 	l.pool.Store(pool)
@@ -406,8 +406,8 @@ func TestNewLeaderKeepsOnlyRunningLeases(t *testing.T) {
 		flight = 500 * time.Millisecond
 	)
 	e := startEnv(t, topic, 1)
-	newPool := func() *controlplane.WorkerPool {
-		p, err := controlplane.NewWorkerPool(e.sadm, lease, flight, 0, slog.Default())
+	newPool := func() *replication.WorkerPool {
+		p, err := replication.NewWorkerPool(e.sadm, lease, flight, 0, slog.Default())
 		if err != nil {
 			t.Fatal(err)
 		}

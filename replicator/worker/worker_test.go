@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
-	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/replication"
 	"github.com/baton-kafka/baton/internal/embedded"
 	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/replicator"
@@ -72,7 +72,7 @@ func TestWorkerLeases(t *testing.T) {
 		t.Fatal(err)
 	}
 	lease, flight := 900*time.Millisecond, 300*time.Millisecond
-	pool, err := controlplane.NewWorkerPool(kadm.NewClient(cl), lease, flight, 0, nil)
+	pool, err := replication.NewWorkerPool(kadm.NewClient(cl), lease, flight, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/baton-kafka/baton/agent"
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/replication"
 	"github.com/baton-kafka/baton/internal/testcert"
 	"github.com/baton-kafka/baton/internal/testlog"
 	"github.com/baton-kafka/baton/internal/wait"
@@ -103,7 +104,7 @@ func TestAuthCheckRealKafka(t *testing.T) {
 		t.Fatal(err)
 	}
 	cp, err := controlplane.New(ctx, controlplane.WithStore(controlplane.NewMemStore()), controlplane.Logger(log),
-		controlplane.WithReplication(&controlplane.ReplicatorAdapter{R: r, Source: srcAdm}),
+		controlplane.WithReplication(&replication.ReplicatorAdapter{R: r, Source: srcAdm}),
 		controlplane.Clusters(&batonv1.Cluster{Name: "source", Bootstrap: src.Addrs()},
 			&batonv1.Cluster{Name: "destination", Bootstrap: dst.Addrs()}))
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/baton-kafka/baton/agent"
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/replication"
 	"github.com/baton-kafka/baton/internal/embedded"
 	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/migration"
@@ -131,7 +132,7 @@ func startSlowDestination(t *testing.T, ctx context.Context, node string, destDe
 
 	direct := newClient(t, src.Bootstrap())
 	cp, err := controlplane.New(ctx, controlplane.WithStore(controlplane.NewMemStore()),
-		controlplane.WithReplication(&controlplane.ReplicatorAdapter{R: r, Source: kadm.NewClient(direct)}),
+		controlplane.WithReplication(&replication.ReplicatorAdapter{R: r, Source: kadm.NewClient(direct)}),
 		controlplane.LatencyRefresh(100*time.Millisecond), controlplane.Logger(quiet),
 		controlplane.Clusters(&batonv1.Cluster{Name: "source", Bootstrap: src.Addrs()},
 			&batonv1.Cluster{Name: "destination", Bootstrap: dst.Addrs()}))

@@ -29,6 +29,7 @@ import (
 	"github.com/baton-kafka/baton/agent"
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/replication"
 	"github.com/baton-kafka/baton/filter"
 	"github.com/baton-kafka/baton/internal/testcert"
 	"github.com/baton-kafka/baton/internal/testlog"
@@ -143,7 +144,7 @@ func TestSecuredCutoverRealKafka(t *testing.T) {
 	}
 	guard.Owned = store
 	hold := &holdAfterDrain{
-		Replication: &controlplane.ReplicatorAdapter{R: r, Source: kadm.NewClient(newClient(t, src.Bootstrap(), repl...))},
+		Replication: &replication.ReplicatorAdapter{R: r, Source: kadm.NewClient(newClient(t, src.Bootstrap(), repl...))},
 		reached:     make(chan struct{}), release: make(chan struct{}),
 	}
 	cp, err := controlplane.New(ctx, controlplane.WithStore(store), controlplane.Logger(log), controlplane.WithGuard(guard),

@@ -18,6 +18,7 @@ import (
 	"github.com/baton-kafka/baton/agent"
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/replication"
 	"github.com/baton-kafka/baton/internal/testlog"
 	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/migration"
@@ -74,7 +75,7 @@ func TestTransactionalProducerRealKafka(t *testing.T) {
 	}
 	srcAdm := kadm.NewClient(newClient(t, src.Bootstrap()))
 	cp, err := controlplane.New(ctx, controlplane.WithStore(controlplane.NewMemStore()), controlplane.Logger(log),
-		controlplane.WithReplication(&controlplane.ReplicatorAdapter{R: r, Source: srcAdm}),
+		controlplane.WithReplication(&replication.ReplicatorAdapter{R: r, Source: srcAdm}),
 		controlplane.WithTransactions(&controlplane.SourceTransactions{Admin: srcAdm}),
 		// Room on a loaded machine: the gate wants lag <= timeout/4.
 		controlplane.CutoverTimeout(30*time.Second),

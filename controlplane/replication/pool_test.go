@@ -1,4 +1,4 @@
-package controlplane
+package replication
 
 import (
 	"context"
@@ -190,60 +190,69 @@ func TestWorkerPoolLeases(t *testing.T) {
 	})
 }
 
+// stoppedAnswer is a worker's answer to stop id for parts of "t", each
+// stopped at 100 + its number with one recent batch.
+func stoppedAnswer(id uint64, parts ...int32) *batonv1.StoppedTopic {
+	s := &batonv1.StoppedTopic{Topic: "t", StopId: id}
+	for _, i := range parts {
+		s.Partitions = append(s.Partitions, &batonv1.CopyState{Topic: "t", Partition: i, Next: 100 + int64(i)})
+		s.Recent = append(s.Recent, &batonv1.SourceBatch{Partition: i, ProducerId: 7, Offset: 90 + int64(i)})
+	}
+	return s
+}
+
+// stopResult is what a Stop of "t" returned; n counts its recent batches.
+type stopResult struct {
+	next map[int32]int64
+	n    int
+	err  error
+}
+
+// startStop stops "t" in the background.
+func startStop(p *WorkerPool, ctx context.Context) <-chan stopResult {
+	out := make(chan stopResult, 1)
+	go func() {
+		next, recent, err := p.Stop(ctx, "t")
+		out <- stopResult{next, len(recent), err}
+	}()
+	return out
+}
+
+// twoWorkerPool returns a pool whose four partitions of "t" w1 and w2
+// hold two each, and what each holds.
+func twoWorkerPool(t *testing.T) (*WorkerPool, *poolClock, []int32, []int32) {
+	p, clock := testPool(t, 4, false)
+	work(t, p, "w1", nil)
+	work(t, p, "w2", nil)
+	w1 := leasedTo(work(t, p, "w1", []int32{0, 1, 2, 3}))
+	var w2 []int32
+	// Both renew every lease/2 until w1's lease on what it gave
+	// back has ended.
+	for range 3 {
+		clock.add(p.lease / 2)
+		work(t, p, "w1", w1)
+		w2 = leasedTo(work(t, p, "w2", w2))
+	}
+	if len(w1) != 2 || len(w2) != 2 {
+		t.Fatalf("w1 %v, w2 %v", w1, w2)
+	}
+	return p, clock, w1, w2
+}
+
 func TestWorkerPoolStop(t *testing.T) {
 	t.Parallel()
-	stopped := func(id uint64, parts ...int32) *batonv1.StoppedTopic {
-		s := &batonv1.StoppedTopic{Topic: "t", StopId: id}
-		for _, i := range parts {
-			s.Partitions = append(s.Partitions, &batonv1.CopyState{Topic: "t", Partition: i, Next: 100 + int64(i)})
-			s.Recent = append(s.Recent, &batonv1.SourceBatch{Partition: i, ProducerId: 7, Offset: 90 + int64(i)})
-		}
-		return s
-	}
-	type result struct {
-		next map[int32]int64
-		n    int
-		err  error
-	}
-	stop := func(p *WorkerPool, ctx context.Context) <-chan result {
-		out := make(chan result, 1)
-		go func() {
-			next, recent, err := p.Stop(ctx, "t")
-			out <- result{next, len(recent), err}
-		}()
-		return out
-	}
-	setup := func(t *testing.T) (*WorkerPool, *poolClock, []int32, []int32) {
-		p, clock := testPool(t, 4, false)
-		work(t, p, "w1", nil)
-		work(t, p, "w2", nil)
-		w1 := leasedTo(work(t, p, "w1", []int32{0, 1, 2, 3}))
-		var w2 []int32
-		// Both renew every lease/2 until w1's lease on what it gave
-		// back has ended.
-		for range 3 {
-			clock.add(p.lease / 2)
-			work(t, p, "w1", w1)
-			w2 = leasedTo(work(t, p, "w2", w2))
-		}
-		if len(w1) != 2 || len(w2) != 2 {
-			t.Fatalf("w1 %v, w2 %v", w1, w2)
-		}
-		return p, clock, w1, w2
-	}
-
 	t.Run("every holder answers: the merged answer", func(t *testing.T) {
 		t.Parallel()
-		p, _, w1, w2 := setup(t)
-		res := stop(p, context.Background())
+		p, _, w1, w2 := twoWorkerPool(t)
+		res := startStop(p, context.Background())
 		id := askedToStop(t, p, "w1", w1)
-		work(t, p, "w1", nil, stopped(id, w1...))
+		work(t, p, "w1", nil, stoppedAnswer(id, w1...))
 		select {
 		case r := <-res:
 			t.Fatalf("Stop returned %+v before w2 answered", r)
 		case <-time.After(50 * time.Millisecond):
 		}
-		work(t, p, "w2", w2, stopped(askedToStop(t, p, "w2", w2), w2...))
+		work(t, p, "w2", w2, stoppedAnswer(askedToStop(t, p, "w2", w2), w2...))
 		r := <-res
 		if r.err != nil || len(r.next) != 4 || r.n != 4 {
 			t.Fatalf("Stop: %+v", r)
@@ -259,9 +268,9 @@ func TestWorkerPoolStop(t *testing.T) {
 	})
 	t.Run("a holder answering for fewer partitions fails the stop", func(t *testing.T) {
 		t.Parallel()
-		p, _, w1, _ := setup(t)
-		res := stop(p, context.Background())
-		work(t, p, "w1", nil, stopped(askedToStop(t, p, "w1", w1), w1[0]))
+		p, _, w1, _ := twoWorkerPool(t)
+		res := startStop(p, context.Background())
+		work(t, p, "w1", nil, stoppedAnswer(askedToStop(t, p, "w1", w1), w1[0]))
 		if r := <-res; r.err == nil || !strings.Contains(r.err.Error(), "did not say where") {
 			t.Fatalf("Stop: %+v, want a failure naming the partition not answered", r)
 		}
@@ -271,9 +280,9 @@ func TestWorkerPoolStop(t *testing.T) {
 	})
 	t.Run("a holder whose lease runs out fails the stop", func(t *testing.T) {
 		t.Parallel()
-		p, clock, w1, w2 := setup(t)
-		res := stop(p, context.Background())
-		work(t, p, "w1", nil, stopped(askedToStop(t, p, "w1", w1), w1...))
+		p, clock, w1, w2 := twoWorkerPool(t)
+		res := startStop(p, context.Background())
+		work(t, p, "w1", nil, stoppedAnswer(askedToStop(t, p, "w1", w1), w1...))
 		clock.add(p.lease + p.flight) // w2 never answers
 		work(t, p, "w1", nil)
 		if r := <-res; r.err == nil || !strings.Contains(r.err.Error(), "ran out") {
@@ -282,9 +291,9 @@ func TestWorkerPoolStop(t *testing.T) {
 	})
 	t.Run("a stop ended by its context lets the copy go on", func(t *testing.T) {
 		t.Parallel()
-		p, _, w1, _ := setup(t)
+		p, _, w1, _ := twoWorkerPool(t)
 		ctx, cancel := context.WithCancel(context.Background())
-		res := stop(p, ctx)
+		res := startStop(p, ctx)
 		askedToStop(t, p, "w1", w1)
 		cancel()
 		if r := <-res; !errors.Is(r.err, context.Canceled) {
