@@ -177,6 +177,10 @@ type ControlPlane struct {
 	// guard loop never runs once the cutover's Lift began (it re-checks
 	// the topic's state under guardMu first).
 	guardMu sync.Mutex
+	// catchUp holds, per topic whose cutover waits for the copy to reach
+	// the source's end offsets, the channel (buffer 1) that noteProgress
+	// signals at each advance (driver.go).
+	catchUp sync.Map
 	// findings are the agents' open findings (findings.go).
 	findings findingSet
 
@@ -335,6 +339,9 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 	go func() { defer cp.wg.Done(); cp.bypassLoop() }()
 	if r, ok := cfg.repl.(SourceReader); ok {
 		r.OnSourceRead(cp.noteSourceRead)
+	}
+	if r, ok := cfg.repl.(ProgressNotifier); ok {
+		r.OnProgress(cp.noteProgress)
 	}
 	if src, ok := cfg.repl.(LatencySource); ok {
 		cp.wg.Add(1)

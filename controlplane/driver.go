@@ -27,6 +27,9 @@ type driver struct {
 	// the answer of (the agents, the fence, the copy's progress): a report
 	// after it wakes the next wait.
 	changed <-chan struct{}
+	// progressed is signalled when the copy of the topic advances, from
+	// when replication is raised to top priority (nil before).
+	progressed chan struct{}
 	// recent are the source batches the replication stop returned, stored
 	// with StepDone and COMPLETE.
 	recent []replicator.SourceBatch
@@ -53,6 +56,11 @@ func (cp *ControlPlane) cutover(ctx context.Context, name string, co Cutover, r 
 	dctx, cancel := context.WithDeadline(ctx, co.Deadline)
 	defer cancel()
 	d := &driver{cp: cp, name: name, co: co, a: a, ctx: ctx, dctx: dctx}
+	defer func() {
+		if d.progressed != nil {
+			cp.catchUp.CompareAndDelete(name, d.progressed)
+		}
+	}()
 	actions := a.Step(cp.now(), cutover.Start{})
 	for len(actions) > 0 {
 		act := actions[0]
@@ -102,8 +110,8 @@ func (d *driver) watch() {
 	d.cp.mu.Unlock()
 }
 
-// waitChange waits until an agent reports, a poll interval passes or the
-// run ends.
+// waitChange waits until an agent reports, the copy advances (once
+// replication is at top priority), a poll interval passes or the run ends.
 func (d *driver) waitChange() {
 	if d.changed == nil {
 		d.watch()
@@ -111,7 +119,19 @@ func (d *driver) waitChange() {
 	select {
 	case <-d.ctx.Done():
 	case <-d.changed:
+	case <-d.progressed:
 	case <-time.After(d.cp.cfg.poll):
+	}
+}
+
+// noteProgress is the replication's OnProgress: it wakes the cutover of
+// topic if it waits for the copy.
+func (cp *ControlPlane) noteProgress(topic string) {
+	if ch, ok := cp.catchUp.Load(topic); ok {
+		select {
+		case ch.(chan struct{}) <- struct{}{}:
+		default: // a wake is pending already
+		}
 	}
 }
 
@@ -154,6 +174,9 @@ func (d *driver) do(act cutover.Action) cutover.Event {
 		}
 		return cutover.Slept{}
 	case cutover.RaisePriority:
+		// From here the wait for the copy wakes at each of its advances.
+		d.progressed = make(chan struct{}, 1)
+		cp.catchUp.Store(name, d.progressed)
 		return cutover.PriorityRaised{Result: cutover.Result{Err: cp.cfg.repl.SetMigrating(name, true)}}
 	case cutover.ReadEndOffsets:
 		ends, err := cp.cfg.repl.SourceEndOffsets(d.dctx, name)

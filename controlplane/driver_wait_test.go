@@ -152,3 +152,74 @@ func TestCutoverWaitsAfterTheDrainWakeOnReports(t *testing.T) {
 		})
 	}
 }
+
+// notifyingCopy is a wakeCopy that tells of its progress (ProgressNotifier),
+// as the replicator and the worker pool do.
+type notifyingCopy struct {
+	wakeCopy
+	mu sync.Mutex
+	f  func(string)
+}
+
+func (r *notifyingCopy) OnProgress(f func(string)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.f = f
+}
+
+// advance lets the copy reach the end offsets and tells the control plane.
+func (r *notifyingCopy) advance(topic string) {
+	r.w.mu.Lock()
+	r.w.satisfied = true
+	r.w.mu.Unlock()
+	r.mu.Lock()
+	f := r.f
+	r.mu.Unlock()
+	if f != nil {
+		f(topic)
+	}
+}
+
+// The cutover's wait for the copy to reach the source's end offsets wakes
+// when the copy advances: with the poll interval an hour and no agent
+// reporting, the progress the replication tells of completes the cutover.
+func TestCutoverCatchUpWakesOnProgress(t *testing.T) {
+	t.Parallel()
+	const topic = "orders"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w := &wakes{}
+	repl := &notifyingCopy{wakeCopy: wakeCopy{w: w}}
+	cp, err := New(ctx, WithStore(NewMemStore()), Logger(quiet), PollInterval(time.Hour), WithSourceFence(NoFence{}),
+		WithReplication(repl), ForwardDeadline(100*time.Millisecond), CutoverTimeout(20*time.Second),
+		Clusters(&batonv1.Cluster{Name: "source"}, &batonv1.Cluster{Name: "destination"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cp.Close()
+	if _, err := cp.AddTopic(ctx, TopicSpec{Name: topic, State: migration.Proxy}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	// Progress told of before the cutover waits for it wakes nothing.
+	repl.mu.Lock()
+	f := repl.f
+	repl.mu.Unlock()
+	if f == nil {
+		t.Fatal("New did not ask the replication to tell of its progress (OnProgress)")
+	}
+	f(topic)
+	if _, err := cp.Migrate(ctx, topic, "test", allGates...); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, 20*time.Second, "the cutover reading the copy's progress", func() string {
+		if n := w.count(); n < 1 {
+			return fmt.Sprintf("%d reads", n)
+		}
+		return ""
+	})
+	repl.advance(topic)
+	waitComplete(t, ctx, cp, topic)
+	if n := w.count(); n != 2 {
+		t.Errorf("the copy's progress was read %d times, want 2: once behind, once at the end it told of", n)
+	}
+}

@@ -52,6 +52,14 @@ type SourceReader interface {
 	OnSourceRead(func(replicator.SourceRead))
 }
 
+// ProgressNotifier is a Replication that tells when the copy of a topic
+// advances: f is called with the topic, from the copying goroutines, and
+// MUST NOT block. A cutover waiting for the copy to reach the source's end
+// offsets then reads the progress at each advance, not at its next poll.
+type ProgressNotifier interface {
+	OnProgress(f func(topic string))
+}
+
 // divergedText says which partitions of topic diverged, for a refusal.
 func divergedText(topic string, d map[int32]string) string {
 	ps := make([]int32, 0, len(d))

@@ -411,11 +411,17 @@ func leader(ctx context.Context, cl *kgo.Client, topic string, partition int32) 
 // step copies what one fetch from S at p.next returns. p is busy: only this
 // goroutine writes its copy fields; r.mu guards them for readers.
 func (r *Replicator) step(ctx context.Context, p *partState) (err error) {
+	from := p.next
 	if !p.inited {
 		if err := r.initPartition(ctx, p); err != nil {
 			return err
 		}
 	}
+	defer func() {
+		if f := r.onProgress.Load(); f != nil && p.next != from {
+			(*f)(p.topic)
+		}
+	}()
 	defer func() {
 		if err != nil {
 			// Anything uncertain is settled by resuming from what D holds.

@@ -183,7 +183,8 @@ type Replicator struct {
 	pid      producerID // the run's shared producer id, zero before InitProducerId
 	order    string     // last schedule, for the debug log
 
-	onRead atomic.Pointer[func(SourceRead)] // OnSourceRead's callback
+	onRead     atomic.Pointer[func(SourceRead)] // OnSourceRead's callback
+	onProgress atomic.Pointer[func(string)]     // OnProgress's callback
 
 	configMu       sync.Mutex                   // guards lastSrcConfigs (SyncConfigs)
 	lastSrcConfigs map[string]map[string]string // S's mirrored dynamic configs at the last pass, by topic
@@ -890,6 +891,19 @@ type SourceRead struct {
 	Seen time.Time
 	// At is when the batch was read.
 	At time.Time
+}
+
+// OnProgress sets f to be called with a topic's name each time the copy
+// of one of its partitions advances (Status's Next moves), from the
+// copying goroutines: f must not block. nil stops the calls. A cutover
+// waiting for the copy to reach the source's end offsets learns of each
+// step at once instead of polling.
+func (r *Replicator) OnProgress(f func(topic string)) {
+	if f == nil {
+		r.onProgress.Store(nil)
+		return
+	}
+	r.onProgress.Store(&f)
 }
 
 // OnSourceRead sets f to be called with every data batch read from the

@@ -447,3 +447,53 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		})
 	}
 }
+
+// OnProgress tells the topic each time its copy advances, so that a
+// cutover waiting for the copy to reach the source's end learns of it at
+// once: records copied later are told of again.
+func TestOnProgressTellsEachAdvance(t *testing.T) {
+	t.Parallel()
+	src, dst := startPair(t)
+	produceMatrix(t, src, "told", 500)
+	r, err := replicator.New(replicator.Source(src...), replicator.Destination(dst...),
+		replicator.SampleInterval(50*time.Millisecond), replicator.Topics("told"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	told := map[string]int{}
+	r.OnProgress(func(topic string) {
+		mu.Lock()
+		told[topic]++
+		mu.Unlock()
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	rn := &running{r: r, cancel: cancel, done: make(chan error, 1)}
+	go func() { rn.done <- r.Run(ctx) }()
+	defer rn.stop(t)
+	count := func() (int, int) {
+		mu.Lock()
+		defer mu.Unlock()
+		return told["told"], len(told)
+	}
+	waitCaughtUp(t, rn, src, "told")
+	// Told after the step that copied, which the status shows first.
+	wait.For(t, time.Minute, "the copy told", func() string {
+		if n, _ := count(); n == 0 {
+			return "not told"
+		}
+		return ""
+	})
+	first, topics := count()
+	if topics != 1 {
+		t.Fatalf("told %v: want only the topic copied", told)
+	}
+	produceMatrix(t, src, "told", 500)
+	waitCaughtUp(t, rn, src, "told")
+	wait.For(t, time.Minute, "the second copy told", func() string {
+		if n, _ := count(); n <= first {
+			return fmt.Sprintf("told %d times, as many as before the second copy", n)
+		}
+		return ""
+	})
+}

@@ -22,6 +22,9 @@ func (a *ReplicatorAdapter) DestinationLatency(topic string) (replicator.Latency
 	return a.R.DestinationLatency(topic)
 }
 
+// OnProgress implements controlplane.ProgressNotifier.
+func (a *ReplicatorAdapter) OnProgress(f func(topic string)) { a.R.OnProgress(f) }
+
 // OnSourceRead implements controlplane.SourceReader.
 func (a *ReplicatorAdapter) OnSourceRead(f func(replicator.SourceRead)) { a.R.OnSourceRead(f) }
 

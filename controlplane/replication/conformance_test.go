@@ -17,6 +17,8 @@ var (
 	_ controlplane.LatencySource     = (*replication.WorkerPool)(nil)
 	_ controlplane.SourceTopicLister = (*replication.WorkerPool)(nil)
 	_ controlplane.WorkerLister      = (*replication.WorkerPool)(nil)
+	_ controlplane.ProgressNotifier  = (*replication.WorkerPool)(nil)
+	_ controlplane.ProgressNotifier  = (*replication.ReplicatorAdapter)(nil)
 )
 
 // TestOptionalAbilities: the control plane picks what it does by the

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -49,6 +50,8 @@ type WorkerPool struct {
 	workers  map[string]*poolWorker
 	lastStop uint64
 	wake     chan struct{} // closed and replaced when topics are added
+	// onProgress is OnProgress's callback.
+	onProgress atomic.Pointer[func(string)]
 	// diverged holds, by topic and partition, the first divergence a
 	// worker reported. Like the replicator's, it outlives Stop and Start:
 	// the destination's copy no longer mirrors the source's.
@@ -287,7 +290,11 @@ func (p *WorkerPool) Diverged(topic string) map[int32]string {
 // noteLocked keeps what a worker reported of a partition it held. p.mu is
 // held.
 func (p *WorkerPool) noteLocked(pp *poolPart, cs *batonv1.CopyState) {
+	advanced := !pp.reported || pp.state.GetNext() != cs.GetNext()
 	pp.state, pp.reported = cs, true
+	if f := p.onProgress.Load(); f != nil && advanced {
+		(*f)(cs.GetTopic())
+	}
 	if d := cs.GetDiverged(); d != "" {
 		if p.diverged == nil {
 			p.diverged = map[string]map[int32]string{}
@@ -299,6 +306,17 @@ func (p *WorkerPool) noteLocked(pp *poolPart, cs *batonv1.CopyState) {
 			p.diverged[cs.GetTopic()][cs.GetPartition()] = d
 		}
 	}
+}
+
+// OnProgress implements controlplane.ProgressNotifier: f is called, under
+// the pool's lock, each time a worker reports a partition's copy further
+// on; f must not block nor call the pool.
+func (p *WorkerPool) OnProgress(f func(topic string)) {
+	if f == nil {
+		p.onProgress.Store(nil)
+		return
+	}
+	p.onProgress.Store(&f)
 }
 
 // SourceEndOffsets implements controlplane.Replication.

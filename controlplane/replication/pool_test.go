@@ -396,3 +396,40 @@ func TestWorkerPoolDivergedOutlivesStop(t *testing.T) {
 		t.Fatalf("Diverged after Stop and Start: %v, want partition 0's", d)
 	}
 }
+
+// OnProgress tells the topic when a worker reports a partition's copy
+// further on (or for the first time), not when it reports the same.
+func TestWorkerPoolTellsProgress(t *testing.T) {
+	t.Parallel()
+	p, _ := testPool(t, 2, false)
+	var told []string
+	p.OnProgress(func(topic string) { told = append(told, topic) }) // called under p.mu, from this goroutine's Work calls
+	report := func(next0, next1 int64) {
+		t.Helper()
+		if _, err := p.Work(context.Background(), &batonv1.WorkRequest{NodeId: "w1", Incarnation: 1, Partitions: []*batonv1.CopyState{
+			{Topic: "t", Partition: 0, Next: next0}, {Topic: "t", Partition: 1, Next: next1}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	work(t, p, "w1", nil) // leases both partitions to w1
+	for _, tc := range []struct {
+		next0, next1 int64
+		want         int // told in all so far
+	}{
+		{5, 0, 2}, // both reported for the first time
+		{5, 0, 2}, // the same again
+		{7, 0, 3}, // partition 0 further on
+		{7, 3, 4}, // partition 1 further on
+		{7, 3, 4}, // the same again
+	} {
+		report(tc.next0, tc.next1)
+		if len(told) != tc.want {
+			t.Fatalf("after reporting next %d and %d: told %d times, want %d", tc.next0, tc.next1, len(told), tc.want)
+		}
+	}
+	for _, topic := range told {
+		if topic != "t" {
+			t.Errorf("told %q, want t", topic)
+		}
+	}
+}
