@@ -55,8 +55,6 @@ type config struct {
 	source, dest *batonv1.Cluster
 	log          *slog.Logger
 	now          func() time.Time
-	apiTokens    []APIToken
-	apiIDs       []APIIdentity
 	nodeAuth     *nodeAuth
 	// latencyRefresh: latency.go.
 	latencyRefresh time.Duration
@@ -139,7 +137,7 @@ func Logger(l *slog.Logger) Opt { return optFunc(func(c *config) { c.log = l }) 
 
 // ControlPlane runs the state machine, leases and cutovers. Create it with
 // New; Register it on a gRPC server (ADS and the Lease service), serve
-// Handler() on HTTP, and Run it.
+// its HTTP API (package httpapi), and Run it.
 type ControlPlane struct {
 	batonv1.UnimplementedLeaseServer
 

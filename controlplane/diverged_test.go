@@ -3,6 +3,8 @@ package controlplane
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"os/exec"
 	"strings"
@@ -29,9 +31,8 @@ func TestDivergedDestinationRefusesCutover(t *testing.T) {
 	defer cancel()
 	k := startKafka(t, ctx)
 	p := startPlane(t, ctx, t.TempDir(), "", k)
-	srv := httptest.NewServer(p.cp.Handler())
+	srv := httptest.NewServer(newTestAPI(t, p.cp, ""))
 	t.Cleanup(srv.Close)
-	api := &APIClient{Base: srv.URL}
 	a := startAgent(t, ctx, p.addr, "a")
 
 	prod, err := kgo.NewClient(kgo.SeedBrokers(k.src.Addrs()...), kgo.AllowAutoTopicCreation(),
@@ -49,7 +50,7 @@ func TestDivergedDestinationRefusesCutover(t *testing.T) {
 		}
 	}
 	produce(30)
-	if _, err := api.Add(ctx, TopicSpec{Name: "div"}, "test"); err != nil {
+	if _, err := p.cp.AddTopic(ctx, TopicSpec{Name: "div"}, "test"); err != nil {
 		t.Fatal(err)
 	}
 	waitLeases(t, ctx, p, a)
@@ -72,7 +73,7 @@ func TestDivergedDestinationRefusesCutover(t *testing.T) {
 	produce(30) // the replicator's next batch lands one past where it expects
 
 	wait.For(t, 30*time.Second, "status shows partition 0 diverged", func() string {
-		st, err := api.Status(ctx, "div")
+		st, err := p.cp.Status("div")
 		if err != nil {
 			return err.Error()
 		}
@@ -81,10 +82,14 @@ func TestDivergedDestinationRefusesCutover(t *testing.T) {
 		}
 		return ""
 	})
-	_, err = api.Op(ctx, "div", "migrate", "test", "", "")
-	var ae *APIError
-	if !errors.As(err, &ae) || ae.Status != 409 || !strings.Contains(ae.Message, "div partition 0") {
-		t.Fatalf("migrate of a diverged topic: %v", err)
+	resp, err := http.Post(srv.URL+"/v1/topics/div/migrate", "application/json", strings.NewReader(`{"actor":"test"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusConflict || !strings.Contains(string(body), "div partition 0") {
+		t.Fatalf("migrate of a diverged topic over HTTP: %d %s, want 409 naming div partition 0", resp.StatusCode, body)
 	}
 	if _, err := p.cp.Migrate(ctx, "div", "test"); !errors.Is(err, ErrGateRefused) {
 		t.Errorf("Migrate: %v, want ErrGateRefused", err)

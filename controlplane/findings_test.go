@@ -92,7 +92,7 @@ func TestFindingsFromHeartbeats(t *testing.T) {
 	if err != nil || len(st1.Findings) != 1 {
 		t.Fatalf("Status findings = %+v (%v), want bob's", st1.Findings, err)
 	}
-	srv := httptest.NewServer(cp.Handler())
+	srv := httptest.NewServer(newTestAPI(t, cp, ""))
 	defer srv.Close()
 	var api []Finding
 	findingsGetJSON(t, srv.URL+"/v1/findings?topic=t", &api)

@@ -27,6 +27,12 @@ func (idleReplication) SourceEndOffsets(context.Context, string) (map[int32]int6
 	return nil, replication.ErrNotReady
 }
 
+// caughtUp is a replication whose every topic is caught up, so that the
+// cutover gate opens at once.
+type caughtUp struct{ idleReplication }
+
+func (caughtUp) Lag(string) (time.Duration, error) { return 0, nil }
+
 // FuzzHeartbeat feeds arbitrary TopicDrain reports to the lease service:
 // an agent counts as drained of a topic only if every entry its report
 // has for the topic says it stopped forwarding with nothing in flight.

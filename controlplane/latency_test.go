@@ -2,8 +2,6 @@ package controlplane
 
 import (
 	"context"
-	"errors"
-	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -122,42 +120,5 @@ func TestLatencyPush(t *testing.T) {
 	}
 	if p := profile("t"); p != nil {
 		t.Errorf("emulation off, the route still carries %v", p)
-	}
-}
-
-// The API switches latency emulation on an existing topic (what `baton
-// topic shadow T --latency-emulation=on|off` sends), and refuses an unknown
-// topic.
-func TestShadowOverHTTP(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	cp, err := New(ctx, WithStore(NewMemStore()), WithReplication(idleReplication{}), Logger(quiet),
-		Clusters(&batonv1.Cluster{Name: "source"}, &batonv1.Cluster{Name: "destination"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cp.Close)
-	if _, err := cp.AddTopic(ctx, TopicSpec{Name: "t"}, "test"); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(cp.Handler())
-	t.Cleanup(srv.Close)
-	cl := &APIClient{Base: srv.URL}
-	for _, on := range []bool{true, false} {
-		got, err := cl.Shadow(ctx, "t", ShadowChange{LatencyEmulation: &on}, "op")
-		if err != nil || got.Shadow.LatencyEmulation != on {
-			t.Fatalf("switching latency emulation to %v: %+v, %v", on, got.Shadow, err)
-		}
-	}
-	for _, on := range []bool{true, false} {
-		got, err := cl.Shadow(ctx, "t", ShadowChange{AuthCheck: &on, AuthEnforce: &on}, "op")
-		if err != nil || got.Shadow.AuthCheck != on || got.Shadow.AuthEnforce != on {
-			t.Fatalf("switching the auth check and enforce to %v: %+v, %v", on, got.Shadow, err)
-		}
-	}
-	on := true
-	var apiErr *APIError
-	if _, err := cl.Shadow(ctx, "nope", ShadowChange{LatencyEmulation: &on}, "op"); !errors.As(err, &apiErr) || apiErr.Status != 404 {
-		t.Fatalf("an unknown topic: %v, want 404", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -21,9 +22,9 @@ import (
 // serves xDS and leases on GRPC as a follower from the state in etcd and
 // campaigns; once elected the same gRPC connections switch to the leader.
 // Without Elect the process is the only one and leads from the start. A
-// leader builds its term (Lead), serves the HTTP API on HTTP and /metrics on
-// Admin, replicates and runs the control plane until ctx ends or it loses
-// the election.
+// leader builds its term (Lead), serves the HTTP API (API) on HTTP and
+// /metrics on Admin, replicates and runs the control plane until ctx ends
+// or it loses the election.
 type Lifecycle struct {
 	// Store is the control plane's etcd; the caller closes it after Run.
 	Store *EtcdStore
@@ -50,6 +51,11 @@ type Lifecycle struct {
 	// when it is not nil.
 	HTTP    string
 	HTTPTLS *tls.Config
+	// API builds the handler of the HTTP API for a term's control plane
+	// (httpapi.New, which imports this package). It MUST be set: Run
+	// refuses to start without it (ErrBadConfig), as a leader that
+	// answered no API could not be operated.
+	API func(*ControlPlane) http.Handler
 	// Admin is the listen address of Metrics at /metrics; "" for none.
 	Admin   string
 	Metrics http.Handler
@@ -108,6 +114,9 @@ type grpcServing struct {
 // Run runs the process until ctx ends (nil, also when it ends while
 // following) or the leader's term fails or is lost (an error).
 func (l *Lifecycle) Run(ctx context.Context) error {
+	if l.API == nil {
+		return fmt.Errorf("%w: Lifecycle.API is not set: no handler for the HTTP API", ErrBadConfig)
+	}
 	var (
 		lead *Leadership
 		g    *grpcServing
@@ -217,7 +226,7 @@ func (l *Lifecycle) lead(ctx context.Context, lead *Leadership, g *grpcServing, 
 	if err != nil {
 		return &ListenError{Port: "http", Err: err}
 	}
-	hs := &http.Server{Handler: term.CP.Handler(), ReadHeaderTimeout: 5 * time.Second, TLSConfig: l.HTTPTLS}
+	hs := &http.Server{Handler: l.API(term.CP), ReadHeaderTimeout: 5 * time.Second, TLSConfig: l.HTTPTLS}
 	api := "http://" + hln.Addr().String()
 	serve := func() error { return hs.Serve(hln) }
 	if l.HTTPTLS != nil {

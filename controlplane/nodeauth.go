@@ -2,7 +2,6 @@ package controlplane
 
 import (
 	"context"
-	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"log/slog"
@@ -17,6 +16,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+
+	"github.com/baton-kafka/baton/internal/access"
 )
 
 // Agent identities (docs/controlplane.md, "Agent certificates").
@@ -50,12 +51,12 @@ func NodeIdentity(rules []NodeRule) Opt {
 // LoadNodeRules reads a node identity file: a YAML list of identity and
 // nodes.
 func LoadNodeRules(file string) ([]NodeRule, error) {
-	return loadList(file, "agent identities", ParseNodeRules)
+	return access.Load(file, "agent identities", ErrBadConfig, ParseNodeRules)
 }
 
 // ParseNodeRules parses and validates a node identity file's contents.
 func ParseNodeRules(b []byte) ([]NodeRule, error) {
-	rs, err := decodeList[NodeRule](b, "agent identities")
+	rs, err := access.Decode[NodeRule](b, "agent identities", ErrBadConfig)
 	if err != nil {
 		return nil, err
 	}
@@ -102,36 +103,12 @@ func identities(ctx context.Context) ([]string, error) {
 	}
 	var cert *x509.Certificate
 	if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
-		cert = verifiedCert(&ti.State)
+		cert = access.VerifiedCert(&ti.State)
 	}
 	if cert == nil {
 		return nil, status.Error(codes.Unauthenticated, "a verified TLS client certificate is required")
 	}
-	return certIdentities(cert), nil
-}
-
-// verifiedCert returns a connection's client certificate, nil unless it
-// was verified: an unverified one names whoever made it. The gRPC services
-// and the HTTP API take certificates alike through it.
-func verifiedCert(st *tls.ConnectionState) *x509.Certificate {
-	if st == nil || len(st.VerifiedChains) == 0 || len(st.VerifiedChains[0]) == 0 {
-		return nil
-	}
-	return st.VerifiedChains[0][0]
-}
-
-// certIdentities returns c's identities: its URI SANs, DNS SANs and common
-// name, in that order.
-func certIdentities(c *x509.Certificate) []string {
-	var ids []string
-	for _, u := range c.URIs {
-		ids = append(ids, u.String())
-	}
-	ids = append(ids, c.DNSNames...)
-	if c.Subject.CommonName != "" {
-		ids = append(ids, c.Subject.CommonName)
-	}
-	return ids
+	return access.CertIdentities(cert), nil
 }
 
 // allow refuses node unless one of ids vouches for it.

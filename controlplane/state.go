@@ -2,10 +2,12 @@
 // machine (docs/design.md §3), the cutover orchestrator (§6), the
 // Lease service agents heartbeat to, the etcd store that keeps topic
 // states, versions, agents' lease grants and the audit event log across
-// restarts, and the HTTP API the `baton` CLI speaks. It drives the
+// restarts, and the process's lifecycle (Lifecycle). It drives the
 // replicator through the small Replication interface (its drivers are
 // package controlplane/replication's) and the destination write guard
 // through WriteGuard; it pushes routes to agents through an xds.Server.
+// The HTTP API the `baton` CLI speaks is package httpapi, which imports
+// this one; Lifecycle serves it through Lifecycle.API.
 //
 // Safety rules it keeps:
 //

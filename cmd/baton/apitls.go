@@ -11,7 +11,7 @@ import (
 	"net/url"
 	"os"
 
-	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/httpapi"
 )
 
 // The HTTP API over TLS (docs/controlplane.md, "API callers"): the control
@@ -24,7 +24,7 @@ import (
 // verified when sent but not required at the handshake: a caller with a
 // bearer token needs none, and one with neither gets the API's 401 saying
 // what it takes instead of a failed handshake that says nothing.
-func httpSecurity(certFile, keyFile, clientCA, identities string) (*tls.Config, []controlplane.APIIdentity, error) {
+func httpSecurity(certFile, keyFile, clientCA, identities string) (*tls.Config, []httpapi.Identity, error) {
 	cfg, err := serverTLS("http", "api-identities", certFile, keyFile, clientCA, identities, tls.VerifyClientCertIfGiven)
 	if err != nil || clientCA == "" {
 		return cfg, nil, err
@@ -32,7 +32,7 @@ func httpSecurity(certFile, keyFile, clientCA, identities string) (*tls.Config, 
 	if identities == "" {
 		return nil, nil, errors.New("--http-client-ca needs --api-identities: a client certificate names a caller only through a rule that gives its identity a name and a role")
 	}
-	ids, err := controlplane.LoadAPIIdentities(identities)
+	ids, err := httpapi.LoadIdentities(identities)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--api-identities: %w", err)
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/httpapi"
 	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/plan"
 )
@@ -123,7 +123,7 @@ func newApplyCmd() *cobra.Command {
 
 // applier makes a diff's changes.
 type applier struct {
-	cl      *controlplane.APIClient
+	cl      *httpapi.Client
 	out     io.Writer
 	actor   string
 	wait    bool

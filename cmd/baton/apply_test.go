@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/httpapi"
 	"github.com/baton-kafka/baton/internal/embedded"
 	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/migration"
@@ -62,7 +63,7 @@ func TestApplyPlan(t *testing.T) {
 	// shipping's cutover waits for the agent stand-in for good (one
 	// request in flight): it stays MIGRATING until its 20 s timeout.
 	startHoldingAgent(t, grpcUpLine.FindStringSubmatch(log.String())[1], "shipping")
-	cl := &controlplane.APIClient{Base: api}
+	cl := &httpapi.Client{Base: api}
 	for _, args := range [][]string{{"topic", "add", "invoices", "--state", "REJECT"}, {"topic", "add", "other"}} {
 		if _, err := runCLI(append(args, "--server", api)...); err != nil {
 			t.Fatalf("%v: %v\n%s", args, err, log)

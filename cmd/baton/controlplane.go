@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -23,6 +24,7 @@ import (
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/httpapi"
 	"github.com/baton-kafka/baton/controlplane/replication"
 	"github.com/baton-kafka/baton/internal/keypair"
 	"github.com/baton-kafka/baton/migration"
@@ -176,7 +178,7 @@ func (fl *controlPlaneFlags) run(ctx context.Context) error {
 	lc := &controlplane.Lifecycle{Store: store, Elect: fl.endpoints != "", ReplicaID: fl.replicaID, LeaderTTL: fl.leaderTTL,
 		Follow: w.followerOpts(), FollowerReplication: fl.replication == "workers",
 		GRPC: fl.grpcAddr, GRPCCreds: sec.grpcCreds, HTTP: fl.httpAddr, HTTPTLS: sec.httpTLS,
-		Admin: fl.admin, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Lead: w.lead, Log: log}
+		Admin: fl.admin, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Lead: w.lead, API: w.api, Log: log}
 	if ll != nil {
 		lc.Marker = ll
 	}
@@ -207,9 +209,9 @@ func (fl *controlPlaneFlags) check() error {
 // controlPlaneSecurity is who may call the HTTP API and the gRPC port, and
 // how they are served.
 type controlPlaneSecurity struct {
-	tokens    []controlplane.APIToken
+	tokens    []httpapi.Token
 	httpTLS   *tls.Config
-	ids       []controlplane.APIIdentity
+	ids       []httpapi.Identity
 	grpcCreds credentials.TransportCredentials
 	nodeOpts  []controlplane.Opt // the node identity check, with --grpc-client-ca
 }
@@ -223,7 +225,7 @@ func (fl *controlPlaneFlags) security(log *slog.Logger) (controlPlaneSecurity, e
 		err error
 	)
 	if fl.apiTokensFile != "" {
-		if sec.tokens, err = controlplane.LoadAPITokens(fl.apiTokensFile); err != nil {
+		if sec.tokens, err = httpapi.LoadTokens(fl.apiTokensFile); err != nil {
 			return sec, fmt.Errorf("--api-tokens-file: %w", err)
 		}
 	}
@@ -321,7 +323,6 @@ func (w *leaderWiring) lead(ctx context.Context, margin time.Duration) (*control
 	cp, err := controlplane.New(ctx, append([]controlplane.Opt{controlplane.WithStore(w.store), controlplane.Logger(w.log),
 		controlplane.WithGuard(guard), controlplane.WithSourceFence(fence),
 		controlplane.WithReplication(repl),
-		controlplane.APITokens(w.sec.tokens), controlplane.APIIdentities(w.sec.ids),
 		controlplane.LeaseDuration(fl.lease), controlplane.ForwardDeadline(fl.forward), controlplane.CutoverTimeout(fl.timeout),
 		controlplane.BypassWatch(fl.bypassWatch), controlplane.BypassGrace(fl.bypassGrace),
 		controlplane.ForgottenProducerWindow(fl.forgottenWindow), controlplane.Registry(w.reg),
@@ -333,6 +334,12 @@ func (w *leaderWiring) lead(ctx context.Context, margin time.Duration) (*control
 		return nil, err
 	}
 	return &controlplane.Term{CP: cp, Replicate: replicate}, nil
+}
+
+// api is the HTTP API of a term's control plane, with the callers the
+// flags name.
+func (w *leaderWiring) api(cp *controlplane.ControlPlane) http.Handler {
+	return httpapi.New(cp, httpapi.Tokens(w.sec.tokens), httpapi.Identities(w.sec.ids), httpapi.Logger(w.log))
 }
 
 // client returns a Kafka client of brokers (comma-separated), closed when
@@ -476,7 +483,7 @@ const apiTokenEnv = "BATON_API_TOKEN"
 // apiFlags adds --server, --token-file, --ca-file, --cert-file,
 // --key-file and -o to an operator command, and returns the API client
 // they describe.
-func apiFlags(cmd *cobra.Command, output *string) func() (*controlplane.APIClient, error) {
+func apiFlags(cmd *cobra.Command, output *string) func() (*httpapi.Client, error) {
 	var server, tokenFile, caFile, certFile, keyFile string
 	f := cmd.PersistentFlags()
 	f.StringVar(&server, "server", "http://127.0.0.1:18080", "control plane HTTP API (https:// when it serves --http-tls-cert)")
@@ -486,7 +493,7 @@ func apiFlags(cmd *cobra.Command, output *string) func() (*controlplane.APIClien
 	f.StringVar(&keyFile, "key-file", "", "PEM key of --cert-file (default: $"+apiKeyEnv+")")
 	f.StringVarP(output, "output", "o", "text", "text or json")
 	markAddrs(f, addrURL, "server")
-	return func() (*controlplane.APIClient, error) {
+	return func() (*httpapi.Client, error) {
 		token := os.Getenv(apiTokenEnv)
 		if tokenFile != "" {
 			b, err := os.ReadFile(tokenFile)
@@ -502,7 +509,7 @@ func apiFlags(cmd *cobra.Command, output *string) func() (*controlplane.APIClien
 		if err != nil {
 			return nil, err
 		}
-		return &controlplane.APIClient{Base: server, Token: token, HTTP: hc}, nil
+		return &httpapi.Client{Base: server, Token: token, HTTP: hc}, nil
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/httpapi"
 	"github.com/baton-kafka/baton/deploy"
 	"github.com/baton-kafka/baton/internal/embedded"
 	"github.com/baton-kafka/baton/internal/wait"
@@ -271,7 +272,7 @@ func TestDashboardsUseExportedMetrics(t *testing.T) {
 	// The cutover of orders, once its time-lag gate passes.
 	wait.For(t, 2*time.Minute, "the migrate of orders to start", func() string {
 		_, err := runCLI("topic", "migrate", "orders", "--server", api)
-		var ae *controlplane.APIError
+		var ae *httpapi.Error
 		if errors.As(err, &ae) && ae.Status == http.StatusConflict && strings.Contains(ae.Message, "gate time-lag") {
 			return err.Error()
 		}

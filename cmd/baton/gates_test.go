@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/httpapi"
 	"github.com/baton-kafka/baton/internal/embedded"
 	"github.com/baton-kafka/baton/internal/wait"
 )
@@ -69,7 +70,7 @@ func TestMigrateGatesFromTheCLI(t *testing.T) {
 		return ""
 	})
 	_, err = cli("topic", "migrate", "orders")
-	var ae *controlplane.APIError
+	var ae *httpapi.Error
 	if !errors.As(err, &ae) || ae.Status != http.StatusConflict {
 		t.Fatalf("topic migrate with a forgotten producer: %v; want 409, the gate refusing", err)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/httpapi"
 	"github.com/baton-kafka/baton/internal/embedded"
 	"github.com/baton-kafka/baton/internal/testcert"
 	"github.com/baton-kafka/baton/internal/testlog"
@@ -388,7 +389,7 @@ func TestCLIOverHTTPS(t *testing.T) {
 	// alert, or its reset of the connection if that arrives first); when
 	// it is the alert, the hint names the flag.
 	_, err = cli(withCA(foreign), "topic", "list")
-	var ae *controlplane.APIError
+	var ae *httpapi.Error
 	if err == nil || errors.As(err, &ae) || strings.Contains(err.Error(), "http2:") {
 		t.Errorf("a certificate of another CA: %v, want the handshake refused (over HTTP/1.1, whose errors keep the alert)", err)
 	} else if strings.Contains(err.Error(), "remote error: tls:") && !strings.Contains(err.Error(), "the control plane refused the client certificate (--cert-file ") {

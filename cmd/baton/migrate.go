@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/httpapi"
 	"github.com/baton-kafka/baton/migration"
 )
 
@@ -113,7 +114,7 @@ func newMigrateCmd(ta topicAPI) *cobra.Command {
 
 // cutoverWait follows one cutover attempt of topic in the event log.
 type cutoverWait struct {
-	cl    *controlplane.APIClient
+	cl    *httpapi.Client
 	out   io.Writer
 	json  bool
 	topic string

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/httpapi"
 	"github.com/baton-kafka/baton/plan"
 )
 
@@ -39,13 +40,13 @@ func newRolloutCmd() *cobra.Command {
 // rolloutAPI is what the rollout subcommands share: the API client's
 // flags, -o and --actor.
 type rolloutAPI struct {
-	api    func() (*controlplane.APIClient, error)
+	api    func() (*httpapi.Client, error)
 	output *string
 	actor  *string
 }
 
 // client checks -o and makes the API client.
-func (ra rolloutAPI) client() (*controlplane.APIClient, error) {
+func (ra rolloutAPI) client() (*httpapi.Client, error) {
 	if err := checkOutput(*ra.output); err != nil {
 		return nil, err
 	}
@@ -209,7 +210,7 @@ func (f *waveFlags) check() error {
 
 // rolloutWaves runs waves against a control plane and prints them.
 type rolloutWaves struct {
-	cl      *controlplane.APIClient
+	cl      *httpapi.Client
 	out     io.Writer
 	json    bool
 	actor   string

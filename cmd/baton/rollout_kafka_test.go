@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/httpapi"
 	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/test/kafka"
@@ -83,7 +84,7 @@ func TestRolloutTwoNamespacesRealKafka(t *testing.T) {
 	all := slices.Concat(producers["t-a"], producers["t-b"], producers["t-ab"])
 	waitAcked(t, "records acked through PROXY", 20, all...)
 
-	cl := &controlplane.APIClient{Base: api}
+	cl := &httpapi.Client{Base: api}
 	status := func(step string) string {
 		t.Helper()
 		out, err := runCLI("rollout", "status", "--server", api)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/httpapi"
 )
 
 // A wave's migrate refused because the topic's time lag was not measured
@@ -22,7 +23,7 @@ func TestUnmeasuredTakesTheRefusalsReason(t *testing.T) {
 		_ = json.NewEncoder(w).Encode(controlplane.TopicStatus{})
 	}))
 	defer srv.Close()
-	rw := rolloutWaves{cl: &controlplane.APIClient{Base: srv.URL}}
+	rw := rolloutWaves{cl: &httpapi.Client{Base: srv.URL}}
 	refused := []controlplane.WaveStay{
 		{Topic: "t-b", Reason: "controlplane: cutover gate refused: t-b: gate time-lag: time lag unknown: replication: the topic's " +
 			"copy is not ready: t-b/0 has not resumed copying yet; to start anyway: baton topic migrate t-b --force=time-lag"},

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/httpapi"
 	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/xds"
 )
@@ -259,7 +260,7 @@ func newTopicAbortCmd(ta topicAPI) *cobra.Command {
 
 func newEventsCmd() *cobra.Command {
 	var output, topic string
-	var api func() (*controlplane.APIClient, error)
+	var api func() (*httpapi.Client, error)
 	var follow bool
 	cmd := &cobra.Command{
 		Use: "events", Short: "Print the audit event log of a running control plane", Args: cobra.NoArgs,
@@ -308,7 +309,7 @@ func newEventsCmd() *cobra.Command {
 
 func newWorkersCmd() *cobra.Command {
 	var output string
-	var api func() (*controlplane.APIClient, error)
+	var api func() (*httpapi.Client, error)
 	cmd := &cobra.Command{
 		Use: "workers", Short: "List replicator workers (--replication=workers): partitions held, lease, lag, errors", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -349,7 +350,7 @@ func newWorkersCmd() *cobra.Command {
 
 func newAgentsCmd() *cobra.Command {
 	var output string
-	var api func() (*controlplane.APIClient, error)
+	var api func() (*httpapi.Client, error)
 	cmd := &cobra.Command{
 		Use: "agents", Short: "List agents: node, namespace, acked version, lease, last heartbeat, xDS", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -9,20 +9,21 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/httpapi"
 	"github.com/baton-kafka/baton/migration"
 )
 
 // topicAPI is what the topic subcommands share: the API client's flags,
 // -o, --actor and the topic table.
 type topicAPI struct {
-	api    func() (*controlplane.APIClient, error)
+	api    func() (*httpapi.Client, error)
 	output *string
 	actor  *string
 	print  func(*cobra.Command, []controlplane.Topic) error
 }
 
 // client checks -o and makes the API client.
-func (ta topicAPI) client() (*controlplane.APIClient, error) {
+func (ta topicAPI) client() (*httpapi.Client, error) {
 	if err := checkOutput(*ta.output); err != nil {
 		return nil, err
 	}
@@ -33,7 +34,7 @@ func (ta topicAPI) client() (*controlplane.APIClient, error) {
 // after a refusal; it prints the topics answered with print and returns
 // the refusals (several: each named by its topic).
 func (ta topicAPI) eachTopic(cmd *cobra.Command, names []string,
-	do func(context.Context, *controlplane.APIClient, string) (controlplane.Topic, error),
+	do func(context.Context, *httpapi.Client, string) (controlplane.Topic, error),
 	print func(*cobra.Command, []controlplane.Topic) error) error {
 	cl, err := ta.client()
 	if err != nil {
@@ -85,7 +86,7 @@ the command fails if one was refused.`
 		Use: map[migration.State]string{migration.Proxy: "proxy", migration.Reject: "reject"}[to] + " TOPIC...", Short: short, Long: long,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return ta.eachTopic(cmd, args, func(ctx context.Context, cl *controlplane.APIClient, name string) (controlplane.Topic, error) {
+			return ta.eachTopic(cmd, args, func(ctx context.Context, cl *httpapi.Client, name string) (controlplane.Topic, error) {
 				return cl.SetState(ctx, name, to, *ta.actor)
 			}, ta.print)
 		},
@@ -120,7 +121,7 @@ is lifted.
 
 Every topic named is tried; the command fails if one was refused.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return ta.eachTopic(cmd, args, func(ctx context.Context, cl *controlplane.APIClient, name string) (controlplane.Topic, error) {
+			return ta.eachTopic(cmd, args, func(ctx context.Context, cl *httpapi.Client, name string) (controlplane.Topic, error) {
 				return cl.Remove(ctx, name, *ta.actor, force)
 			}, func(cmd *cobra.Command, ts []controlplane.Topic) error {
 				if *ta.output == "json" {

@@ -21,6 +21,7 @@ import (
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/httpapi"
 	"github.com/baton-kafka/baton/internal/embedded"
 	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/xds"
@@ -288,7 +289,7 @@ func TestTopicVerbs(t *testing.T) {
 		} {
 			_, err := cli(tc.args...)
 			t.Logf("%v: %v", tc.args, err)
-			var ae *controlplane.APIError
+			var ae *httpapi.Error
 			if !errors.As(err, &ae) || ae.Status != tc.status {
 				t.Errorf("%v: %v; want HTTP %d", tc.args, err, tc.status)
 				continue
@@ -331,7 +332,7 @@ func TestTopicVerbs(t *testing.T) {
 		} {
 			_, err := cli(tc.args...)
 			t.Logf("%v: %v", tc.args, err)
-			var ae *controlplane.APIError
+			var ae *httpapi.Error
 			if !errors.As(err, &ae) || ae.Status != http.StatusConflict {
 				t.Errorf("%v: %v; want HTTP 409", tc.args, err)
 				continue
@@ -386,7 +387,7 @@ func TestTopicVerbs(t *testing.T) {
 			{"topic", "remove", "held-past-timeout", "--force"}} {
 			_, err := cli(args...)
 			t.Logf("%v: %v", args, err)
-			var ae *controlplane.APIError
+			var ae *httpapi.Error
 			if !errors.As(err, &ae) || ae.Status != http.StatusConflict ||
 				!strings.Contains(err.Error(), "held-past-timeout is MIGRATING (attempt 1, step ") ||
 				!strings.Contains(err.Error(), "to end it now: baton topic abort held-past-timeout") {

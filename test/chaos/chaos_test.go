@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/httpapi"
 	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/test/chaos/history"
@@ -187,7 +188,7 @@ type world struct {
 	start   time.Time
 	cp      *process
 	cpPorts []int
-	api     *controlplane.APIClient
+	api     *httpapi.Client
 	agents  []*process
 	nets    []agentNet
 	listen  []string // each agent's listen address, what its producers dial
@@ -379,7 +380,7 @@ func (w *world) startControlPlane() {
 		"--grpc", grpcAddr, "--http", httpAddr, "--data-dir", data, "--write-guard", "none"}
 	w.cp = &process{name: "controlplane", log: filepath.Join(w.dir, "controlplane.log"),
 		cmd: func() *exec.Cmd { return exec.Command(w.s.bin, args...) }}
-	w.api = &controlplane.APIClient{Base: "http://" + httpAddr}
+	w.api = &httpapi.Client{Base: "http://" + httpAddr}
 	if err := w.cp.start(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package controlplane
+package httpapi
 
 import (
 	"context"
@@ -11,14 +11,17 @@ import (
 	"path"
 	"strings"
 	"sync"
+
+	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/internal/access"
 )
 
 // Callers of the HTTP API (docs/controlplane.md, "API callers").
 //
 // With tokens or identities configured, every request must name its
-// caller: with `Authorization: Bearer <token>` (APITokens), or with a
+// caller: with `Authorization: Bearer <token>` (Tokens), or with a
 // verified TLS client certificate whose identity a rule maps to a caller
-// (APIIdentities). The control plane keeps only each token's SHA-256, so
+// (Identities). The control plane keeps only each token's SHA-256, so
 // the file it reads holds no secret a reader could replay. A read-only
 // caller may list topics, status, agents and events; an operator may also
 // add, migrate, abort, change state and remove. What a caller does is
@@ -30,8 +33,8 @@ const (
 	RoleOperator = "operator"
 )
 
-// APIToken is one caller of the HTTP API.
-type APIToken struct {
+// Token is one caller of the HTTP API.
+type Token struct {
 	// Name is recorded as the actor of what the caller does.
 	Name string `yaml:"name"`
 	// Role is RoleReadOnly or RoleOperator.
@@ -43,43 +46,44 @@ type APIToken struct {
 	sum []byte
 }
 
-// APITokens requires a bearer token from tokens on every HTTP API request,
-// overriding none (anyone who reaches the API may do anything, recorded
-// under the actor it declares). The tokens MUST be valid (ParseAPITokens).
-func APITokens(tokens []APIToken) Opt {
-	return optFunc(func(c *config) { c.apiTokens = tokens })
+// Tokens requires a bearer token from tokens on every HTTP API request.
+// Default none: without Tokens or Identities, anyone who reaches the API
+// may do anything, recorded under the actor it declares. The tokens MUST
+// be valid (ParseTokens).
+func Tokens(tokens []Token) Opt {
+	return optFunc(func(s *server) { s.tokens = tokens })
 }
 
-// LoadAPITokens reads an API token file: a YAML list of name, role and
+// LoadTokens reads an API token file: a YAML list of name, role and
 // sha256.
-func LoadAPITokens(path string) ([]APIToken, error) {
-	return loadList(path, "API tokens", ParseAPITokens)
+func LoadTokens(path string) ([]Token, error) {
+	return access.Load(path, "API tokens", controlplane.ErrBadConfig, ParseTokens)
 }
 
-// ParseAPITokens parses and validates an API token file's contents.
-func ParseAPITokens(b []byte) ([]APIToken, error) {
-	ts, err := decodeList[APIToken](b, "API tokens")
+// ParseTokens parses and validates an API token file's contents.
+func ParseTokens(b []byte) ([]Token, error) {
+	ts, err := access.Decode[Token](b, "API tokens", controlplane.ErrBadConfig)
 	if err != nil {
 		return nil, err
 	}
 	if len(ts) == 0 {
-		return nil, fmt.Errorf("%w: API tokens: no tokens", ErrBadConfig)
+		return nil, fmt.Errorf("%w: API tokens: no tokens", controlplane.ErrBadConfig)
 	}
 	names := map[string]bool{}
 	for i := range ts {
 		t := &ts[i]
 		switch {
 		case t.Name == "":
-			return nil, fmt.Errorf("%w: API tokens[%d]: name is required", ErrBadConfig, i)
+			return nil, fmt.Errorf("%w: API tokens[%d]: name is required", controlplane.ErrBadConfig, i)
 		case names[t.Name]:
-			return nil, fmt.Errorf("%w: API tokens[%d]: name %q is used twice", ErrBadConfig, i, t.Name)
+			return nil, fmt.Errorf("%w: API tokens[%d]: name %q is used twice", controlplane.ErrBadConfig, i, t.Name)
 		}
 		if err := checkRole(t.Role); err != nil {
-			return nil, fmt.Errorf("%w: API tokens[%d] (%s): %w", ErrBadConfig, i, t.Name, err)
+			return nil, fmt.Errorf("%w: API tokens[%d] (%s): %w", controlplane.ErrBadConfig, i, t.Name, err)
 		}
 		sum, err := hex.DecodeString(t.SHA256)
 		if err != nil || len(sum) != sha256.Size {
-			return nil, fmt.Errorf("%w: API tokens[%d] (%s): sha256: want 64 hex digits, the SHA-256 of the token", ErrBadConfig, i, t.Name)
+			return nil, fmt.Errorf("%w: API tokens[%d] (%s): sha256: want 64 hex digits, the SHA-256 of the token", controlplane.ErrBadConfig, i, t.Name)
 		}
 		names[t.Name], t.sum = true, sum
 	}
@@ -94,9 +98,9 @@ func checkRole(role string) error {
 	return nil
 }
 
-// APIIdentity maps verified TLS client certificates to a caller of the
+// Identity maps verified TLS client certificates to a caller of the
 // HTTP API.
-type APIIdentity struct {
+type Identity struct {
 	// Identity is one of a certificate's identities, as the agent
 	// identity rules take them (a URI SAN such as a SPIFFE id, a DNS SAN,
 	// the subject's common name), or a path.Match pattern of them when it
@@ -112,50 +116,50 @@ type APIIdentity struct {
 	pattern bool
 }
 
-// APIIdentities lets a request's verified TLS client certificate name its
-// caller, overriding none (certificates are not read). The server MUST
+// Identities lets a request's verified TLS client certificate name its
+// caller. Default none: certificates are not read. The server MUST
 // verify client certificates (tls.Config.ClientCAs, with ClientAuth
 // tls.VerifyClientCertIfGiven to take token-only callers as well, or
 // tls.RequireAndVerifyClientCert). The identities MUST be valid
-// (ParseAPIIdentities).
-func APIIdentities(ids []APIIdentity) Opt {
-	return optFunc(func(c *config) { c.apiIDs = ids })
+// (ParseIdentities).
+func Identities(ids []Identity) Opt {
+	return optFunc(func(s *server) { s.ids = ids })
 }
 
-// LoadAPIIdentities reads an API identity file: a YAML list of identity,
+// LoadIdentities reads an API identity file: a YAML list of identity,
 // name and role.
-func LoadAPIIdentities(path string) ([]APIIdentity, error) {
-	return loadList(path, "API identities", ParseAPIIdentities)
+func LoadIdentities(path string) ([]Identity, error) {
+	return access.Load(path, "API identities", controlplane.ErrBadConfig, ParseIdentities)
 }
 
-// ParseAPIIdentities parses and validates an API identity file's contents.
+// ParseIdentities parses and validates an API identity file's contents.
 // Names may repeat (one caller may hold several certificates); identities
 // may not, so that one rule alone says what an identity may do.
-func ParseAPIIdentities(b []byte) ([]APIIdentity, error) {
-	ids, err := decodeList[APIIdentity](b, "API identities")
+func ParseIdentities(b []byte) ([]Identity, error) {
+	ids, err := access.Decode[Identity](b, "API identities", controlplane.ErrBadConfig)
 	if err != nil {
 		return nil, err
 	}
 	if len(ids) == 0 {
-		return nil, fmt.Errorf("%w: API identities: no identities", ErrBadConfig)
+		return nil, fmt.Errorf("%w: API identities: no identities", controlplane.ErrBadConfig)
 	}
 	seen := map[string]bool{}
 	for i := range ids {
 		id := &ids[i]
 		switch {
 		case id.Identity == "":
-			return nil, fmt.Errorf("%w: API identities[%d]: identity is required", ErrBadConfig, i)
+			return nil, fmt.Errorf("%w: API identities[%d]: identity is required", controlplane.ErrBadConfig, i)
 		case seen[id.Identity]:
-			return nil, fmt.Errorf("%w: API identities[%d]: identity %q is listed twice", ErrBadConfig, i, id.Identity)
+			return nil, fmt.Errorf("%w: API identities[%d]: identity %q is listed twice", controlplane.ErrBadConfig, i, id.Identity)
 		case id.Name == "":
-			return nil, fmt.Errorf("%w: API identities[%d] (%s): name is required", ErrBadConfig, i, id.Identity)
+			return nil, fmt.Errorf("%w: API identities[%d] (%s): name is required", controlplane.ErrBadConfig, i, id.Identity)
 		}
 		if err := checkRole(id.Role); err != nil {
-			return nil, fmt.Errorf("%w: API identities[%d] (%s): %w", ErrBadConfig, i, id.Identity, err)
+			return nil, fmt.Errorf("%w: API identities[%d] (%s): %w", controlplane.ErrBadConfig, i, id.Identity, err)
 		}
 		if id.pattern = strings.ContainsAny(id.Identity, `*?[\`); id.pattern {
 			if _, err := path.Match(id.Identity, ""); err != nil {
-				return nil, fmt.Errorf("%w: API identities[%d] (%s): pattern: %w", ErrBadConfig, i, id.Identity, err)
+				return nil, fmt.Errorf("%w: API identities[%d] (%s): pattern: %w", controlplane.ErrBadConfig, i, id.Identity, err)
 			}
 		}
 		seen[id.Identity] = true
@@ -163,17 +167,17 @@ func ParseAPIIdentities(b []byte) ([]APIIdentity, error) {
 	return ids, nil
 }
 
-// apiCaller is who a request authenticated as.
-type apiCaller struct {
+// caller is who a request authenticated as.
+type caller struct {
 	name  string // of the token or the identity rule
 	actor string // recorded in events
 	role  string
 }
 
-// apiAuth checks the credentials of every HTTP API request.
-type apiAuth struct {
-	tokens []APIToken
-	ids    []APIIdentity
+// auth checks the credentials of every HTTP API request.
+type auth struct {
+	tokens []Token
+	ids    []Identity
 	log    *slog.Logger
 	warned sync.Map // identities of refused certificates, logged once
 }
@@ -183,7 +187,7 @@ type callerKey struct{}
 // wrap wraps the API: a request without credentials, or with a token the
 // API does not know, gets 401; a certificate mapped to no role, a token
 // and a certificate naming two callers, or a read-only caller's write 403.
-func (a *apiAuth) wrap(next http.Handler) http.Handler {
+func (a *auth) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, code, msg := a.authenticate(r)
 		if code == 0 && r.Method != http.MethodGet && r.Method != http.MethodHead && c.role != RoleOperator {
@@ -205,8 +209,8 @@ func (a *apiAuth) wrap(next http.Handler) http.Handler {
 // a mapped certificate too, and a token and a certificate must name the
 // same caller, who then has the lesser of their roles. A certificate
 // counts only with identities configured.
-func (a *apiAuth) authenticate(r *http.Request) (c apiCaller, code int, msg string) {
-	var byToken, byCert *apiCaller
+func (a *auth) authenticate(r *http.Request) (c caller, code int, msg string) {
+	var byToken, byCert *caller
 	if raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
 		if byToken = a.token(strings.TrimSpace(raw)); byToken == nil {
 			if len(a.tokens) == 0 {
@@ -215,8 +219,8 @@ func (a *apiAuth) authenticate(r *http.Request) (c apiCaller, code int, msg stri
 			return c, http.StatusUnauthorized, "unknown bearer token: check --token-file or BATON_API_TOKEN"
 		}
 	}
-	if cert := verifiedCert(r.TLS); cert != nil && len(a.ids) > 0 {
-		ids := certIdentities(cert)
+	if cert := access.VerifiedCert(r.TLS); cert != nil && len(a.ids) > 0 {
+		ids := access.CertIdentities(cert)
 		if byCert = a.identity(ids); byCert == nil {
 			return c, http.StatusForbidden, a.unmapped(ids)
 		}
@@ -239,9 +243,9 @@ func (a *apiAuth) authenticate(r *http.Request) (c apiCaller, code int, msg stri
 }
 
 // token returns the caller whose token raw is, nil if none.
-func (a *apiAuth) token(raw string) *apiCaller {
+func (a *auth) token(raw string) *caller {
 	sum := sha256.Sum256([]byte(raw))
-	var match *APIToken
+	var match *Token
 	for i := range a.tokens {
 		// Every entry is compared, so the time taken does not tell
 		// which one matched.
@@ -252,14 +256,14 @@ func (a *apiAuth) token(raw string) *apiCaller {
 	if match == nil {
 		return nil
 	}
-	return &apiCaller{name: match.Name, actor: match.Name, role: match.Role}
+	return &caller{name: match.Name, actor: match.Name, role: match.Role}
 }
 
 // identity returns the caller a certificate's identities map to, nil if
 // none. An exact identity wins over a pattern, so that a rule for one
 // certificate holds beside a pattern that covers it; between rules of a
 // kind, the first in the file wins.
-func (a *apiAuth) identity(ids []string) *apiCaller {
+func (a *auth) identity(ids []string) *caller {
 	for _, patterns := range []bool{false, true} {
 		for _, rule := range a.ids {
 			if rule.pattern != patterns {
@@ -273,7 +277,7 @@ func (a *apiAuth) identity(ids []string) *apiCaller {
 				if !ok {
 					continue
 				}
-				c := &apiCaller{name: rule.Name, actor: rule.Name, role: rule.Role}
+				c := &caller{name: rule.Name, actor: rule.Name, role: rule.Role}
 				if patterns {
 					c.actor = rule.Name + " (" + id + ")"
 				}
@@ -287,7 +291,7 @@ func (a *apiAuth) identity(ids []string) *apiCaller {
 // unmapped is the refusal of a certificate whose identities map to no
 // role, logged at WARN once per certificate identity: the operator who
 // forgot a rule reads it in the log, the caller in the answer.
-func (a *apiAuth) unmapped(ids []string) string {
+func (a *auth) unmapped(ids []string) string {
 	msg := "the client certificate carries no identity (URI SAN, DNS SAN or common name): no --api-identities rule can map it"
 	if len(ids) > 0 {
 		msg = fmt.Sprintf("the client certificate (%s) maps to no role: map its identity in --api-identities", strings.Join(ids, ", "))
@@ -299,7 +303,7 @@ func (a *apiAuth) unmapped(ids []string) string {
 }
 
 // required says what credentials the API takes.
-func (a *apiAuth) required() string {
+func (a *auth) required() string {
 	switch {
 	case len(a.ids) == 0:
 		return "a bearer token is required: pass --token-file or set BATON_API_TOKEN"

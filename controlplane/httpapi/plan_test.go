@@ -1,10 +1,8 @@
-package controlplane
+package httpapi
 
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -16,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/controlplane"
 	"github.com/baton-kafka/baton/controlplane/replication"
 	"github.com/baton-kafka/baton/internal/embedded"
 )
@@ -47,18 +46,12 @@ func TestPlanReadsOverHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	quiet := Logger(slog.New(slog.NewTextHandler(io.Discard, nil)))
-	clusters := Clusters(&batonv1.Cluster{Name: "source", Bootstrap: []string{"s1:9092", "s2:9092"}},
+	clusters := controlplane.Clusters(&batonv1.Cluster{Name: "source", Bootstrap: []string{"s1:9092", "s2:9092"}},
 		&batonv1.Cluster{Name: "destination", Bootstrap: []string{"d:9092"}})
-	serve := func(repl Replication) *APIClient {
-		cp, err := New(ctx, WithStore(NewMemStore()), WithReplication(repl), quiet, clusters)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(cp.Close)
-		srv := httptest.NewServer(cp.Handler())
+	serve := func(repl controlplane.Replication) *Client {
+		srv := httptest.NewServer(New(newControlPlane(t, repl, clusters)))
 		t.Cleanup(srv.Close)
-		return &APIClient{Base: srv.URL}
+		return &Client{Base: srv.URL}
 	}
 
 	api := serve(pool)
@@ -79,7 +72,7 @@ func TestPlanReadsOverHTTP(t *testing.T) {
 	}
 
 	_, err = serve(idleReplication{}).SourceTopics(ctx)
-	var ae *APIError
+	var ae *Error
 	if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || !strings.Contains(err.Error(), "cannot list the source's topics") {
 		t.Errorf("a replication that cannot list topics: %v; want HTTP 400 saying so", err)
 	}

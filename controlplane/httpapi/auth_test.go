@@ -1,37 +1,28 @@
-package controlplane
+package httpapi
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/hex"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
-	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/controlplane"
 	"github.com/baton-kafka/baton/internal/testcert"
 	"github.com/baton-kafka/baton/internal/testlog"
 	"github.com/baton-kafka/baton/migration"
 )
-
-func tokenSum(token string) string {
-	s := sha256.Sum256([]byte(token))
-	return hex.EncodeToString(s[:])
-}
 
 // With API tokens, a request needs a known bearer token (401 without),
 // a read-only token may read but not write (403), and what an operator
 // does is recorded under its token's name, whatever actor it declares.
 func TestAPITokens(t *testing.T) {
 	t.Parallel()
-	tokens, err := ParseAPITokens([]byte(`
+	tokens, err := ParseTokens([]byte(`
 - {name: dashboard, role: read-only, sha256: ` + tokenSum("view-secret") + `}
 - {name: ci-bot, role: operator, sha256: ` + tokenSum("op-secret") + `}
 `))
@@ -39,34 +30,28 @@ func TestAPITokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	cp, err := New(ctx, WithStore(NewMemStore()), WithReplication(idleReplication{}), APITokens(tokens),
-		Logger(slog.New(slog.NewTextHandler(io.Discard, nil))),
-		Clusters(&batonv1.Cluster{Name: "source"}, &batonv1.Cluster{Name: "destination"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cp.Close)
-	srv := httptest.NewServer(cp.Handler())
+	cp := newControlPlane(t, idleReplication{})
+	srv := httptest.NewServer(New(cp, Tokens(tokens), Logger(quiet)))
 	t.Cleanup(srv.Close)
-	client := func(token string) *APIClient { return &APIClient{Base: srv.URL, Token: token} }
+	client := func(token string) *Client { return &Client{Base: srv.URL, Token: token} }
 
 	tests := []struct {
 		name   string
 		token  string
-		call   func(c *APIClient) error
+		call   func(c *Client) error
 		status int // 0: success
 	}{
-		{"no token", "", func(c *APIClient) error { _, err := c.Topics(ctx); return err }, http.StatusUnauthorized},
-		{"unknown token", "guess", func(c *APIClient) error { _, err := c.Topics(ctx); return err }, http.StatusUnauthorized},
-		{"read-only lists", "view-secret", func(c *APIClient) error { _, err := c.Topics(ctx); return err }, 0},
-		{"read-only reads agents", "view-secret", func(c *APIClient) error { _, err := c.Agents(ctx); return err }, 0},
-		{"read-only adds", "view-secret", func(c *APIClient) error { _, err := c.Add(ctx, TopicSpec{Name: "t1"}, "x"); return err }, http.StatusForbidden},
-		{"operator adds", "op-secret", func(c *APIClient) error { _, err := c.Add(ctx, TopicSpec{Name: "t2"}, "mallory"); return err }, 0},
-		{"read-only aborts", "view-secret", func(c *APIClient) error { _, err := c.Op(ctx, "t2", "abort", "x", "", ""); return err }, http.StatusForbidden},
+		{"no token", "", func(c *Client) error { _, err := c.Topics(ctx); return err }, http.StatusUnauthorized},
+		{"unknown token", "guess", func(c *Client) error { _, err := c.Topics(ctx); return err }, http.StatusUnauthorized},
+		{"read-only lists", "view-secret", func(c *Client) error { _, err := c.Topics(ctx); return err }, 0},
+		{"read-only reads agents", "view-secret", func(c *Client) error { _, err := c.Agents(ctx); return err }, 0},
+		{"read-only adds", "view-secret", func(c *Client) error { _, err := c.Add(ctx, controlplane.TopicSpec{Name: "t1"}, "x"); return err }, http.StatusForbidden},
+		{"operator adds", "op-secret", func(c *Client) error { _, err := c.Add(ctx, controlplane.TopicSpec{Name: "t2"}, "mallory"); return err }, 0},
+		{"read-only aborts", "view-secret", func(c *Client) error { _, err := c.Op(ctx, "t2", "abort", "x", "", ""); return err }, http.StatusForbidden},
 	}
 	for _, tt := range tests {
 		err := tt.call(client(tt.token))
-		var ae *APIError
+		var ae *Error
 		switch {
 		case tt.status == 0 && err != nil:
 			t.Errorf("%s: %v", tt.name, err)
@@ -82,7 +67,7 @@ func TestAPITokens(t *testing.T) {
 		t.Fatalf("topics %v, want only t2 (the read-only add must not have happened)", cp.Topics())
 	}
 	var actors []string
-	err = client("view-secret").Events(ctx, "t2", false, func(e Event) error { actors = append(actors, e.Actor); return nil })
+	err = client("view-secret").Events(ctx, "t2", false, func(e controlplane.Event) error { actors = append(actors, e.Actor); return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +86,7 @@ func TestAPITokens(t *testing.T) {
 }
 
 // A bad token file is refused, naming the entry and the field.
-func TestParseAPITokensRefuses(t *testing.T) {
+func TestParseTokensRefuses(t *testing.T) {
 	t.Parallel()
 	sum := tokenSum("x")
 	tests := []struct{ file, want string }{
@@ -113,33 +98,21 @@ func TestParseAPITokensRefuses(t *testing.T) {
 		{`[{name: a, role: operator, sha256: abc}]`, "tokens[0] (a): sha256: want 64 hex digits"},
 	}
 	for _, tt := range tests {
-		_, err := ParseAPITokens([]byte(tt.file))
-		if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("%s: %v, want ErrBadConfig containing %q", tt.file, err, tt.want)
+		_, err := ParseTokens([]byte(tt.file))
+		if !errors.Is(err, controlplane.ErrBadConfig) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: %v, want controlplane.ErrBadConfig containing %q", tt.file, err, tt.want)
 		}
 	}
 }
 
-// caughtUp is a replication whose every topic is caught up, so that the
-// cutover gate opens at once.
-type caughtUp struct{ idleReplication }
-
-func (caughtUp) Lag(string) (time.Duration, error) { return 0, nil }
-
-// startHTTPS serves the API of a control plane with opts over TLS with a
+// startHTTPS serves the API with opts of a control plane over TLS with a
 // certificate of ca, verifying the client certificates ca signed when
 // clients send one (the way `baton controlplane --http-client-ca` does).
-func startHTTPS(t *testing.T, ca testcert.CA, opts ...Opt) (*ControlPlane, *httptest.Server, *testlog.Buffer) {
+func startHTTPS(t *testing.T, ca testcert.CA, opts ...Opt) (*controlplane.ControlPlane, *httptest.Server, *testlog.Buffer) {
 	t.Helper()
 	logs := &testlog.Buffer{}
-	cp, err := New(context.Background(), append([]Opt{WithStore(NewMemStore()), WithReplication(caughtUp{}),
-		Logger(slog.New(slog.NewTextHandler(logs, nil))),
-		Clusters(&batonv1.Cluster{Name: "source"}, &batonv1.Cluster{Name: "destination"})}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cp.Close)
-	srv := httptest.NewUnstartedServer(cp.Handler())
+	cp := newControlPlane(t, caughtUp{})
+	srv := httptest.NewUnstartedServer(New(cp, append([]Opt{Logger(slog.New(slog.NewTextHandler(logs, nil)))}, opts...)...))
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{ca.Server}, ClientCAs: ca.Pool,
 		ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS12}
 	srv.StartTLS()
@@ -149,12 +122,61 @@ func startHTTPS(t *testing.T, ca testcert.CA, opts ...Opt) (*ControlPlane, *http
 
 // httpsClient is an API client trusting roots that presents cert (none if
 // nil) and token (none if "").
-func httpsClient(srv *httptest.Server, roots *x509.CertPool, cert *tls.Certificate, token string) *APIClient {
+func httpsClient(srv *httptest.Server, roots *x509.CertPool, cert *tls.Certificate, token string) *Client {
 	cfg := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
 	if cert != nil {
 		cfg.Certificates = []tls.Certificate{*cert}
 	}
-	return &APIClient{Base: srv.URL, Token: token, HTTP: &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}}}
+	return &Client{Base: srv.URL, Token: token, HTTP: &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}}}
+}
+
+// startIdentities serves over TLS, with tokens and identities, a control
+// plane with a topic for each caller TestAPIIdentities migrates as.
+func startIdentities(t *testing.T, ca testcert.CA) (*controlplane.ControlPlane, *httptest.Server, *testlog.Buffer) {
+	t.Helper()
+	tokens, err := ParseTokens([]byte(`
+- {name: alice, role: read-only, sha256: ` + tokenSum("alice-token") + `}
+- {name: ci-bot, role: operator, sha256: ` + tokenSum("op-secret") + `}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := ParseIdentities([]byte(`
+- {identity: "spiffe://example.org/ci/*", name: ci, role: operator}
+- {identity: spiffe://example.org/ci/intern, name: intern, role: read-only}
+- {identity: spiffe://example.org/ops/alice, name: alice, role: operator}
+- {identity: dashboard.example.org, name: dashboard, role: read-only}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, srv, logs := startHTTPS(t, ca, Tokens(tokens), Identities(ids))
+	for _, topic := range []string{"m-dashboard", "m-alice", "m-ci", "m-intern", "m-both"} {
+		if _, err := cp.AddTopic(context.Background(), controlplane.TopicSpec{Name: topic}, "setup"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return cp, srv, logs
+}
+
+// wantInitiatedBy checks the actor of each topic's cutover ("": none).
+func wantInitiatedBy(t *testing.T, cp *controlplane.ControlPlane, actors map[string]string) {
+	t.Helper()
+	for topic, want := range actors {
+		evs, err := cp.Events(context.Background(), topic, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := ""
+		for _, e := range evs {
+			if e.Kind == controlplane.EventInitiated {
+				got = e.Actor
+			}
+		}
+		if got != want {
+			t.Errorf("%s: the cutover was initiated by %q, want %q (\"\": not at all; never the declared mallory)", topic, got, want)
+		}
+	}
 }
 
 // With API identities, a verified client certificate names the caller:
@@ -165,29 +187,8 @@ func httpsClient(srv *httptest.Server, roots *x509.CertPool, cert *tls.Certifica
 func TestAPIIdentities(t *testing.T) {
 	t.Parallel()
 	ca, stranger := testcert.New(t), testcert.New(t)
-	tokens, err := ParseAPITokens([]byte(`
-- {name: alice, role: read-only, sha256: ` + tokenSum("alice-token") + `}
-- {name: ci-bot, role: operator, sha256: ` + tokenSum("op-secret") + `}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids, err := ParseAPIIdentities([]byte(`
-- {identity: "spiffe://example.org/ci/*", name: ci, role: operator}
-- {identity: spiffe://example.org/ci/intern, name: intern, role: read-only}
-- {identity: spiffe://example.org/ops/alice, name: alice, role: operator}
-- {identity: dashboard.example.org, name: dashboard, role: read-only}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cp, srv, logs := startHTTPS(t, ca, APITokens(tokens), APIIdentities(ids))
+	cp, srv, logs := startIdentities(t, ca)
 	ctx := context.Background()
-	for _, topic := range []string{"m-dashboard", "m-alice", "m-ci", "m-intern", "m-both"} {
-		if _, err := cp.AddTopic(ctx, TopicSpec{Name: topic}, "setup"); err != nil {
-			t.Fatal(err)
-		}
-	}
 	alice := ca.Client(t, "alice", "spiffe://example.org/ops/alice")
 	dashboard := ca.Client(t, "", "dashboard.example.org")
 	build := ca.Client(t, "", "spiffe://example.org/ci/build-7")
@@ -195,20 +196,20 @@ func TestAPIIdentities(t *testing.T) {
 	unmapped := ca.Client(t, "mallory")
 	foreign := stranger.Client(t, "", "spiffe://example.org/ops/alice")
 
-	list := func(c *APIClient) error { _, err := c.Topics(ctx); return err }
-	migrate := func(topic string) func(c *APIClient) error {
-		return func(c *APIClient) error { _, err := c.Op(ctx, topic, "migrate", "mallory", "", ""); return err }
+	list := func(c *Client) error { _, err := c.Topics(ctx); return err }
+	migrate := func(topic string) func(c *Client) error {
+		return func(c *Client) error { _, err := c.Op(ctx, topic, "migrate", "mallory", "", ""); return err }
 	}
 	tests := []struct {
 		name   string
 		cert   *tls.Certificate
 		token  string
-		call   func(c *APIClient) error
+		call   func(c *Client) error
 		status int    // 0: success; -1: no answer (the TLS handshake fails)
 		msg    string // in the refusal
 	}{
 		{"read-only identity (DNS SAN) lists", &dashboard, "", list, 0, ""},
-		{"read-only identity reads agents", &dashboard, "", func(c *APIClient) error { _, err := c.Agents(ctx); return err }, 0, ""},
+		{"read-only identity reads agents", &dashboard, "", func(c *Client) error { _, err := c.Agents(ctx); return err }, 0, ""},
 		{"read-only identity migrates", &dashboard, "", migrate("m-dashboard"), http.StatusForbidden, "dashboard is read-only: POST /v1/topics/m-dashboard/migrate needs the operator role"},
 		{"operator identity (URI SAN) migrates", &alice, "", migrate("m-alice"), 0, ""},
 		{"pattern identity migrates", &build, "", migrate("m-ci"), 0, ""},
@@ -219,7 +220,7 @@ func TestAPIIdentities(t *testing.T) {
 		{"no credentials", nil, "", list, http.StatusUnauthorized, "a bearer token or a client certificate is required"},
 		{"read-only token alone lists", nil, "alice-token", list, 0, ""},
 		{"read-only token alone migrates", nil, "alice-token", migrate("m-both"), http.StatusForbidden, "alice is read-only"},
-		{"operator token alone adds", nil, "op-secret", func(c *APIClient) error { _, err := c.Add(ctx, TopicSpec{Name: "by-token"}, "x"); return err }, 0, ""},
+		{"operator token alone adds", nil, "op-secret", func(c *Client) error { _, err := c.Add(ctx, controlplane.TopicSpec{Name: "by-token"}, "x"); return err }, 0, ""},
 		{"unknown token beside a mapped certificate", &alice, "guess", list, http.StatusUnauthorized, "unknown bearer token"},
 		{"token and certificate of one caller read", &alice, "alice-token", list, 0, ""},
 		{"token and certificate of one caller: the lesser role", &alice, "alice-token", migrate("m-both"), http.StatusForbidden, "alice is read-only"},
@@ -231,7 +232,7 @@ func TestAPIIdentities(t *testing.T) {
 			t.Run(tt.name, func(t *testing.T) {
 				t.Parallel()
 				err := tt.call(httpsClient(srv, ca.Pool, tt.cert, tt.token))
-				var ae *APIError
+				var ae *Error
 				switch {
 				case tt.status == 0:
 					if err != nil {
@@ -251,23 +252,9 @@ func TestAPIIdentities(t *testing.T) {
 		}
 	})
 
-	for topic, want := range map[string]string{
+	wantInitiatedBy(t, cp, map[string]string{
 		"m-alice": "alice", "m-ci": "ci (spiffe://example.org/ci/build-7)", "m-dashboard": "", "m-intern": "", "m-both": "",
-	} {
-		evs, err := cp.Events(ctx, topic, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := ""
-		for _, e := range evs {
-			if e.Kind == EventInitiated {
-				got = e.Actor
-			}
-		}
-		if got != want {
-			t.Errorf("%s: the cutover was initiated by %q, want %q (\"\": not at all; never the declared mallory)", topic, got, want)
-		}
-	}
+	})
 	if st, err := cp.Status("by-token"); err != nil {
 		t.Errorf("the operator token's add: %v", err)
 	} else if st.State != migration.Proxy {
@@ -284,11 +271,11 @@ func TestAPIIdentities(t *testing.T) {
 func TestAPIIdentitiesWithoutTokens(t *testing.T) {
 	t.Parallel()
 	ca := testcert.New(t)
-	ids, err := ParseAPIIdentities([]byte(`[{identity: reader, name: reader, role: read-only}]`))
+	ids, err := ParseIdentities([]byte(`[{identity: reader, name: reader, role: read-only}]`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, srv, _ := startHTTPS(t, ca, APIIdentities(ids))
+	_, srv, _ := startHTTPS(t, ca, Identities(ids))
 	reader := ca.Client(t, "reader")
 	tests := []struct {
 		name   string
@@ -310,7 +297,7 @@ func TestAPIIdentitiesWithoutTokens(t *testing.T) {
 		}
 		msg := ""
 		if resp.StatusCode != http.StatusOK {
-			msg = apiError(resp).Error()
+			msg = readError(resp).Error()
 		}
 		resp.Body.Close()
 		if resp.StatusCode != tt.status || !strings.Contains(msg, tt.msg) {
@@ -323,7 +310,7 @@ func TestAPIIdentitiesWithoutTokens(t *testing.T) {
 }
 
 // A bad identity file is refused, naming the entry and the field.
-func TestParseAPIIdentitiesRefuses(t *testing.T) {
+func TestParseIdentitiesRefuses(t *testing.T) {
 	t.Parallel()
 	tests := []struct{ file, want string }{
 		{``, "no identities"},
@@ -335,9 +322,9 @@ func TestParseAPIIdentitiesRefuses(t *testing.T) {
 		{`[{identity: "spiffe://x/[a", name: a, role: operator}]`, `identities[0] (spiffe://x/[a): pattern`},
 	}
 	for _, tt := range tests {
-		_, err := ParseAPIIdentities([]byte(tt.file))
-		if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("%s: %v, want ErrBadConfig containing %q", tt.file, err, tt.want)
+		_, err := ParseIdentities([]byte(tt.file))
+		if !errors.Is(err, controlplane.ErrBadConfig) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: %v, want controlplane.ErrBadConfig containing %q", tt.file, err, tt.want)
 		}
 	}
 }
