@@ -17,8 +17,9 @@ build:
 
 ## test: everything CI runs. Installs the client matrix and the Kafka jars,
 ## then lint, then a short run of every fuzz target, then the cutover core's
-## simulator at its full count (the race detector, which it does not need,
-## slows it eightfold; under -race it runs a tenth), then every Go test with
+## simulator and the agent's cutover simulation at their full counts (the
+## race detector slows them six to eightfold; under -race each runs a
+## tenth), then every Go test with
 ## -race (embedded kfake and real Apache Kafka clusters are started by the
 ## tests themselves), then CHAOS_RUNS fault-injection runs (default 2, from
 ## a seed the clock draws and the output prints) on their own, so that no
@@ -30,6 +31,7 @@ CHAOS_RUNS ?= 2
 TESTPKGS ?= ./test/e2e ./replicator ./cmd/baton ./test/clients ./controlplane ./agent ./test/chaos ./test/kafka $(PKGS)
 test: test-deps lint fuzz-short
 	$(GO) test $(GOFLAGS) -count=1 -run '^TestSimulator$$' ./controlplane/cutover
+	$(GO) test $(GOFLAGS) -count=1 -run '^TestSimulateCutoverProtocol$$' ./agent
 	$(GO) test $(GOFLAGS) $(TESTFLAGS) $(TESTPKGS)
 	bash test/chaos/run.sh "$(CHAOS_RUNS)"
 

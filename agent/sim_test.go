@@ -92,6 +92,9 @@ var simQuiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 func TestSimulateCutoverProtocol(t *testing.T) {
 	seeds, first := 5000, uint64(1)
+	if raceEnabled {
+		seeds = 500
+	}
 	if s := os.Getenv("BATON_SIM_SEEDS"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 {
