@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/baton-kafka/baton/test/clients"
 	"github.com/baton-kafka/baton/test/kafka"
@@ -42,68 +43,11 @@ func BenchmarkBrokerRestartStall(b *testing.B) {
 	if b.N > 1 {
 		b.Skip("runs a fixed workload once; use -benchtime 1x")
 	}
-	c := kafka.StartT(b, kafka.Brokers(3))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	const topic = "restart-stall"
-	createTopic(b, c.Bootstrap(), topic, 3)
-	adm := kadm.NewClient(client(b, c.Bootstrap()))
-	defer adm.Close()
-	if _, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "min.insync.replicas", Value: ptr("2")}}, topic); err != nil {
-		b.Fatal(err)
-	}
-
-	routes := filepath.Join(b.TempDir(), "routes.yaml")
-	if err := os.WriteFile(routes, []byte("routes:\n  - topic: "+topic+"\n    state: PROXY\n"), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	agentAddr, _, stopAgent := startAgentProcess(b, buildBaton(b), c.Bootstrap(), "--routes", routes)
-	defer stopAgent()
-
-	type run struct {
-		name, via string
-		p         clients.Producer
-		cfg       clients.ProduceConfig
-		mu        sync.Mutex
-		acks      []clients.Ack
-		err       error
-	}
-	var runs []*run
-	for _, p := range []clients.Producer{clients.Franz{}, clients.Java{}} {
-		for _, via := range []struct{ name, addr string }{{"direct", c.Bootstrap()}, {"agent", agentAddr}} {
-			runs = append(runs, &run{name: p.Name(), via: via.name, p: p, cfg: clients.ProduceConfig{
-				Bootstrap: via.addr, Topic: topic, Records: int(stallRun.Seconds()) * stallRate, Rate: stallRate,
-				Idempotent: true, KeyPrefix: "stall-" + p.Name() + "-" + via.name,
-			}})
-		}
-	}
-	var wg sync.WaitGroup
-	for _, r := range runs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r.err = r.p.Produce(ctx, r.cfg, func(a clients.Ack) { r.mu.Lock(); r.acks = append(r.acks, a); r.mu.Unlock() })
-		}()
-	}
-	// The kills start once every producer acked: the JVM's start is not
-	// counted in its stall.
-	acked := func() bool {
-		for _, r := range runs {
-			r.mu.Lock()
-			n := len(r.acks)
-			r.mu.Unlock()
-			if n == 0 {
-				return false
-			}
-		}
-		return true
-	}
-	for !acked() {
-		if ctx.Err() != nil {
-			b.Fatal("a producer never acked a record")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	c, adm, agentAddr := stallCluster(b, ctx, topic)
+	runs := startStallRuns(b, ctx, c.Bootstrap(), agentAddr, topic, int(stallRun.Seconds())*stallRate)
 	start := time.Now()
 	var killed []int
 	for round := range 2 {
@@ -120,44 +64,8 @@ func BenchmarkBrokerRestartStall(b *testing.B) {
 		b.Logf("round %d: broker %d SIGKILLed at +%.1fs, back at +%.1fs", round+1, victim, at.Seconds(), time.Since(start).Seconds())
 		killed = append(killed, victim)
 	}
-	wg.Wait()
-
-	// Every acked record is where its ack says, once (clients.Verify).
-	gap := map[string]time.Duration{}
-	var table strings.Builder
-	fmt.Fprintf(&table, "%-6s %-7s %7s %7s %10s\n", "client", "via", "acked", "failed", "longest gap")
-	for _, r := range runs {
-		if r.err != nil {
-			b.Errorf("%s %s: %v", r.name, r.via, r.err)
-		}
-		var ok []clients.Ack
-		failed := 0
-		for _, a := range r.acks {
-			if a.Err != "" {
-				failed++
-				continue
-			}
-			ok = append(ok, a)
-		}
-		if failed > 0 || len(ok) != r.cfg.Records {
-			b.Errorf("%s %s: %d of %d records acked, %d failed", r.name, r.via, len(ok), r.cfg.Records, failed)
-		}
-		if err := clients.Verify(ctx, c.Bootstrap(), topic, r.acks, r.cfg); err != nil {
-			b.Errorf("%s %s: %v", r.name, r.via, err)
-		}
-		g := longestAckGap(ok)
-		gap[r.name+"/"+r.via] = g
-		fmt.Fprintf(&table, "%-6s %-7s %7d %7d %9.2fs\n", r.name, r.via, len(ok), failed, g.Seconds())
-		b.ReportMetric(g.Seconds(), r.name+"-"+r.via+"-gap-s")
-	}
-	for _, name := range []string{"franz", "java"} {
-		if d := gap[name+"/direct"]; d > 0 {
-			ratio := float64(gap[name+"/agent"]) / float64(d)
-			fmt.Fprintf(&table, "%s: agent/direct %.2fx\n", name, ratio)
-			b.ReportMetric(ratio, name+"-agent/direct")
-		}
-	}
-	b.Logf("broker SIGKILL and restart, twice, %d records/s per producer:\n%s", stallRate, table.String())
+	reportStalls(b, ctx, c.Bootstrap(), topic, runs,
+		fmt.Sprintf("broker SIGKILL and restart, twice, %d records/s per producer", stallRate))
 }
 
 // mostLeaders returns the live broker leading most partitions of topic,
@@ -190,6 +98,137 @@ func mostLeaders(b *testing.B, ctx context.Context, adm *kadm.Client, topic stri
 		b.Fatalf("no leader for any partition of %s", topic)
 	}
 	return ids[0]
+}
+
+// stallCluster starts the stall benchmarks' cluster: 3 Apache Kafka
+// brokers with topic (RF 3, min.insync.replicas 2), and a `baton agent`
+// process in front of them with topic in PROXY. Both end with b.
+func stallCluster(b *testing.B, ctx context.Context, topic string) (*kafka.Cluster, *kadm.Client, string) {
+	b.Helper()
+	c := kafka.StartT(b, kafka.Brokers(3))
+	createTopic(b, c.Bootstrap(), topic, 3)
+	adm := kadm.NewClient(client(b, c.Bootstrap(), kgo.MetadataMinAge(10*time.Millisecond)))
+	b.Cleanup(adm.Close)
+	if _, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "min.insync.replicas", Value: ptr("2")}}, topic); err != nil {
+		b.Fatal(err)
+	}
+	routes := filepath.Join(b.TempDir(), "routes.yaml")
+	if err := os.WriteFile(routes, []byte("routes:\n  - topic: "+topic+"\n    state: PROXY\n"), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	agentAddr, _, stopAgent := startAgentProcess(b, buildBaton(b), c.Bootstrap(), "--routes", routes)
+	b.Cleanup(stopAgent)
+	return c, adm, agentAddr
+}
+
+// stallProducer is one producer of a stall benchmark: a client, directly or
+// through the agent, and what it was told.
+type stallProducer struct {
+	name, via string
+	p         clients.Producer
+	cfg       clients.ProduceConfig
+	done      chan struct{}
+	mu        sync.Mutex
+	acks      []clients.Ack
+	err       error
+}
+
+// startStallRuns starts the stall benchmarks' four idempotent producers,
+// franz-go and the Java producer, one of each to direct and one of each to
+// agent, each writing records to topic at stallRate, and returns once every
+// one has acked a record: a JVM's start is not counted in its stall.
+func startStallRuns(b *testing.B, ctx context.Context, direct, agent, topic string, records int) []*stallProducer {
+	b.Helper()
+	var runs []*stallProducer
+	for _, p := range []clients.Producer{clients.Franz{}, clients.Java{}} {
+		for _, via := range []struct{ name, addr string }{{"direct", direct}, {"agent", agent}} {
+			r := &stallProducer{name: p.Name(), via: via.name, p: p, done: make(chan struct{}), cfg: clients.ProduceConfig{
+				Bootstrap: via.addr, Topic: topic, Records: records, Rate: stallRate,
+				Idempotent: true, KeyPrefix: "stall-" + p.Name() + "-" + via.name,
+			}}
+			runs = append(runs, r)
+			go func() {
+				defer close(r.done)
+				r.err = r.p.Produce(ctx, r.cfg, func(a clients.Ack) { r.mu.Lock(); r.acks = append(r.acks, a); r.mu.Unlock() })
+			}()
+		}
+	}
+	acked := func() bool {
+		for _, r := range runs {
+			r.mu.Lock()
+			n := len(r.acks)
+			r.mu.Unlock()
+			if n == 0 {
+				return false
+			}
+		}
+		return true
+	}
+	for !acked() {
+		if ctx.Err() != nil {
+			b.Fatal("a producer never acked a record")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return runs
+}
+
+// stallsRunning reports whether any of runs is still producing.
+func stallsRunning(runs []*stallProducer) bool {
+	for _, r := range runs {
+		select {
+		case <-r.done:
+		default:
+			return true
+		}
+	}
+	return false
+}
+
+// reportStalls waits for runs to end, checks that every record was acked
+// and is where its ack says, once (clients.Verify, on bootstrap), and
+// reports each producer's longest gap between two acks and the agent's
+// ratio to the direct one of the same client, under what.
+func reportStalls(b *testing.B, ctx context.Context, bootstrap, topic string, runs []*stallProducer, what string) {
+	b.Helper()
+	for _, r := range runs {
+		<-r.done
+	}
+	gap := map[string]time.Duration{}
+	var table strings.Builder
+	fmt.Fprintf(&table, "%-6s %-7s %7s %7s %10s\n", "client", "via", "acked", "failed", "longest gap")
+	for _, r := range runs {
+		if r.err != nil {
+			b.Errorf("%s %s: %v", r.name, r.via, r.err)
+		}
+		var ok []clients.Ack
+		failed := 0
+		for _, a := range r.acks {
+			if a.Err != "" {
+				failed++
+				continue
+			}
+			ok = append(ok, a)
+		}
+		if failed > 0 || len(ok) != r.cfg.Records {
+			b.Errorf("%s %s: %d of %d records acked, %d failed", r.name, r.via, len(ok), r.cfg.Records, failed)
+		}
+		if err := clients.Verify(ctx, bootstrap, topic, r.acks, r.cfg); err != nil {
+			b.Errorf("%s %s: %v", r.name, r.via, err)
+		}
+		g := longestAckGap(ok)
+		gap[r.name+"/"+r.via] = g
+		fmt.Fprintf(&table, "%-6s %-7s %7d %7d %9.2fs\n", r.name, r.via, len(ok), failed, g.Seconds())
+		b.ReportMetric(g.Seconds(), r.name+"-"+r.via+"-gap-s")
+	}
+	for _, name := range []string{"franz", "java"} {
+		if d := gap[name+"/direct"]; d > 0 {
+			ratio := float64(gap[name+"/agent"]) / float64(d)
+			fmt.Fprintf(&table, "%s: agent/direct %.2fx\n", name, ratio)
+			b.ReportMetric(ratio, name+"-agent/direct")
+		}
+	}
+	b.Logf("%s:\n%s", what, table.String())
 }
 
 // longestAckGap is the longest time between two successive acks.
