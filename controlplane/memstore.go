@@ -8,9 +8,10 @@ import (
 	"sync/atomic"
 )
 
-// MemStore is a Store in memory: for tests and simulations. It outlives
-// the control planes that use it, as etcd does, so a restarted control
-// plane finds what the last one stored.
+// MemStore is a Store in memory: for tests and simulations. It keeps the
+// Store contract (package storetest) but for durability: it outlives the
+// control planes that use it, as etcd does, so a restarted control plane
+// finds what the last one stored, but not the process.
 type MemStore struct {
 	unavailable atomic.Bool
 
@@ -20,6 +21,9 @@ type MemStore struct {
 	agents  map[string]Agent
 	decided map[string]bool
 	events  []Event
+	// appended is closed by the next AppendEvent, to wake followers;
+	// made only when one waits.
+	appended chan struct{}
 }
 
 var _ Store = (*MemStore)(nil)
@@ -124,6 +128,10 @@ func (s *MemStore) AppendEvent(_ context.Context, e Event) (Event, error) {
 	defer s.mu.Unlock()
 	e.Seq = uint64(len(s.events) + 1)
 	s.events = append(s.events, e)
+	if s.appended != nil {
+		close(s.appended)
+		s.appended = nil
+	}
 	return e, nil
 }
 
@@ -140,16 +148,46 @@ func (s *MemStore) Events(_ context.Context, topic string, after uint64) ([]Even
 	return out, nil
 }
 
-// Follow implements Store: the events after seq, then none (a MemStore
-// does not notify).
+// Follow implements Store: the events after seq, then each new one.
 func (s *MemStore) Follow(ctx context.Context, topic string, after uint64) (<-chan Event, error) {
-	evs, _ := s.Events(ctx, topic, after)
-	ch := make(chan Event, len(evs))
-	for _, e := range evs {
-		ch <- e
+	out := make(chan Event, 64)
+	go func() {
+		defer close(out)
+		for {
+			evs, end, appended := s.eventsAfter(topic, after)
+			for _, e := range evs {
+				select {
+				case out <- e:
+				case <-ctx.Done():
+					return
+				}
+			}
+			after = end
+			select {
+			case <-appended:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+// eventsAfter returns the events Events would, the last sequence number
+// in the log, and a channel closed when the next event is appended.
+func (s *MemStore) eventsAfter(topic string, after uint64) ([]Event, uint64, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Event
+	for _, e := range s.events[min(after, uint64(len(s.events))):] {
+		if topic == "" || e.Topic == topic {
+			out = append(out, e)
+		}
 	}
-	close(ch)
-	return ch, nil
+	if s.appended == nil {
+		s.appended = make(chan struct{})
+	}
+	return out, uint64(len(s.events)), s.appended
 }
 
 // Close implements Store.

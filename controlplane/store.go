@@ -19,8 +19,9 @@ import (
 	"github.com/baton-kafka/baton/internal/dirlock"
 )
 
-// Store keeps the control plane's state. The etcd implementation is the
-// only one; the interface is the boundary the control plane is tested at.
+// Store keeps the control plane's state: EtcdStore in production,
+// MemStore in tests. The contract every implementation keeps, in full, is
+// package storetest's, whose suite both run.
 type Store interface {
 	// Load returns the config version, every topic and every agent.
 	Load(ctx context.Context) (version uint64, topics []Topic, agents []Agent, err error)
@@ -35,7 +36,8 @@ type Store interface {
 	// ambiguous write (etcd applied what the client gave up on) cannot be
 	// overwritten by the other.
 	PutTopicUndecided(ctx context.Context, t Topic, version uint64, attempt int, decide bool) (Topic, error)
-	// DeleteTopic removes a topic and writes the config version.
+	// DeleteTopic removes a topic, forgets its decided attempts and writes
+	// the config version.
 	DeleteTopic(ctx context.Context, name string, version uint64) error
 	// PutAgents writes agents' lease state.
 	PutAgents(ctx context.Context, agents []Agent) error
@@ -43,7 +45,8 @@ type Store interface {
 	AppendEvent(ctx context.Context, e Event) (Event, error)
 	// Events returns events after seq, for topic ("" for all), oldest first.
 	Events(ctx context.Context, topic string, after uint64) ([]Event, error)
-	// Follow sends events after seq as they are appended, until ctx ends.
+	// Follow sends the events after seq, then each one appended, until
+	// ctx ends; then it closes the channel.
 	Follow(ctx context.Context, topic string, after uint64) (<-chan Event, error)
 	Close() error
 }
