@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,9 +40,14 @@ func BenchmarkLeaderMoveStall(b *testing.B) {
 	c, adm, agentAddr := stallCluster(b, ctx, topic)
 	runs := startStallRuns(b, ctx, c.Bootstrap(), agentAddr, topic, int(moveRun.Seconds())*stallRate)
 	moved, skipped := 0, 0
+	var moves []string // when each move began and ended, to read the stalls against
 	for round := 0; stallsRunning(runs); round++ {
 		time.Sleep(moveEvery)
+		began := time.Now()
 		n, err := kafka.MoveLeader(ctx, adm, topic, int32(round%partitions))
+		if n > 0 {
+			moves = append(moves, fmt.Sprintf("%s-%s p%d", began.Format("15:04:05.000"), time.Now().Format("05.000"), round%partitions))
+		}
 		if err != nil {
 			b.Fatalf("moving the leader of %s/%d: %v", topic, round%partitions, err)
 		}
@@ -51,6 +57,7 @@ func BenchmarkLeaderMoveStall(b *testing.B) {
 	if moved == 0 {
 		b.Fatal("no leader moved: the benchmark measured nothing")
 	}
+	b.Logf("leader moves: %s", strings.Join(moves, ", "))
 	reportStalls(b, ctx, c.Bootstrap(), topic, runs,
 		fmt.Sprintf("%d leader moves by reassignment (%d rounds skipped, a replica out of sync), %d records/s per producer",
 			moved, skipped, stallRate))

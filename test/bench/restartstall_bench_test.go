@@ -196,7 +196,8 @@ func reportStalls(b *testing.B, ctx context.Context, bootstrap, topic string, ru
 	}
 	gap := map[string]time.Duration{}
 	var table strings.Builder
-	fmt.Fprintf(&table, "%-6s %-7s %7s %7s %10s\n", "client", "via", "acked", "failed", "longest gap")
+	fmt.Fprintf(&table, "%-6s %-7s %7s %7s %10s  %15s  %s\n", "client", "via", "acked", "failed", "longest gap",
+		"one partition's", "the gap ended")
 	for _, r := range runs {
 		if r.err != nil {
 			b.Errorf("%s %s: %v", r.name, r.via, r.err)
@@ -216,9 +217,11 @@ func reportStalls(b *testing.B, ctx context.Context, bootstrap, topic string, ru
 		if err := clients.Verify(ctx, bootstrap, topic, r.acks, r.cfg); err != nil {
 			b.Errorf("%s %s: %v", r.name, r.via, err)
 		}
-		g := longestAckGap(ok)
+		g, end := longestAckGap(ok)
 		gap[r.name+"/"+r.via] = g
-		fmt.Fprintf(&table, "%-6s %-7s %7d %7d %9.2fs\n", r.name, r.via, len(ok), failed, g.Seconds())
+		pg, pp := longestPartitionGap(ok)
+		fmt.Fprintf(&table, "%-6s %-7s %7d %7d %9.2fs  %9.2fs (p%d)  %s\n", r.name, r.via, len(ok), failed, g.Seconds(),
+			pg.Seconds(), pp, end.Format("15:04:05.000"))
 		b.ReportMetric(g.Seconds(), r.name+"-"+r.via+"-gap-s")
 	}
 	for _, name := range []string{"franz", "java"} {
@@ -231,18 +234,42 @@ func reportStalls(b *testing.B, ctx context.Context, bootstrap, topic string, ru
 	b.Logf("%s:\n%s", what, table.String())
 }
 
-// longestAckGap is the longest time between two successive acks.
-func longestAckGap(acks []clients.Ack) time.Duration {
+// longestAckGap is the longest time between two successive acks, and
+// when it ended.
+func longestAckGap(acks []clients.Ack) (time.Duration, time.Time) {
 	at := make([]time.Time, len(acks))
 	for i, a := range acks {
 		at[i] = a.At
 	}
 	sort.Slice(at, func(i, j int) bool { return at[i].Before(at[j]) })
 	var g time.Duration
+	var end time.Time
 	for i := 1; i < len(at); i++ {
-		g = max(g, at[i].Sub(at[i-1]))
+		if d := at[i].Sub(at[i-1]); d > g {
+			g, end = d, at[i]
+		}
 	}
-	return g
+	return g, end
+}
+
+// longestPartitionGap is the longest time between two successive acks of
+// one partition, and the partition. Beside longestAckGap it tells a stall
+// of one partition (its leader's) from one of every partition: the agent
+// is one broker to its clients, and a request it answers late holds the
+// answers of every partition in it and behind it on the connection.
+func longestPartitionGap(acks []clients.Ack) (time.Duration, int32) {
+	by := map[int32][]clients.Ack{}
+	for _, a := range acks {
+		by[a.Partition] = append(by[a.Partition], a)
+	}
+	var g time.Duration
+	var p int32
+	for part, as := range by {
+		if d, _ := longestAckGap(as); d > g {
+			g, p = d, part
+		}
+	}
+	return g, p
 }
 
 func ptr[T any](v T) *T { return &v }
