@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"log/slog"
 	"sort"
 	"sync"
@@ -179,6 +180,9 @@ type Replicator struct {
 	// Stop and Start: D.T.p no longer mirrors S.T.p, whatever comes next.
 	diverged map[string]map[int32]error
 	changed  chan struct{} // closed and replaced on every state change
+	// sampleNow asks the sampler for a sample at once (buffer 1): a topic
+	// set migrating is copied to the source's end without waiting a tick.
+	sampleNow chan struct{}
 	running  bool
 	pid      producerID // the run's shared producer id, zero before InitProducerId
 	order    string     // last schedule, for the debug log
@@ -293,7 +297,7 @@ func New(opts ...Opt) (*Replicator, error) {
 	}
 	r := &Replicator{
 		cfg: cfg, log: cfg.log.With("component", "replicator"), now: cfg.now, metrics: m,
-		topics: map[string]*topicState{}, changed: make(chan struct{}),
+		topics: map[string]*topicState{}, changed: make(chan struct{}), sampleNow: make(chan struct{}, 1),
 		lastSrcConfigs: map[string]map[string]string{},
 	}
 	if err := cfg.registry.Register(newLatencyCollector(r)); err != nil {
@@ -475,7 +479,10 @@ func (r *Replicator) Start(topic string) {
 }
 
 // SetMigrating marks topic as being cut over, which puts it first in the
-// copy order.
+// copy order. Marking it samples the source's end offsets at once: a
+// partition is copied only up to what a sample (or its last fetch) showed,
+// and the cutover, which has just drained the agents, waits for the copy
+// to reach the source's end, not for the next tick of the sampler.
 func (r *Replicator) SetMigrating(topic string, migrating bool) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -484,6 +491,12 @@ func (r *Replicator) SetMigrating(topic string, migrating bool) error {
 		return fmt.Errorf("%w: %s", ErrUnknownTopic, topic)
 	}
 	t.migrating = migrating
+	if migrating {
+		select {
+		case r.sampleNow <- struct{}{}:
+		default: // one is asked for already
+		}
+	}
 	r.notifyLocked()
 	return nil
 }
@@ -608,13 +621,13 @@ func (r *Replicator) Stop(ctx context.Context, topic string) (Stopped, error) {
 // worker copies one partition step at a time, in Schedule's order.
 func (r *Replicator) worker(ctx context.Context) {
 	for {
-		p, wait := r.pick()
+		p, wait, retryIn := r.pick()
 		if p == nil {
 			select {
 			case <-ctx.Done():
 				return
 			case <-wait:
-			case <-time.After(r.cfg.sampleInterval):
+			case <-time.After(min(r.cfg.sampleInterval, retryIn)):
 			}
 			continue
 		}
@@ -659,21 +672,27 @@ func (r *Replicator) worker(ctx context.Context) {
 }
 
 // pick chooses the next partition to copy and marks it busy, or returns a
-// channel that is closed when the state changes.
-func (r *Replicator) pick() (*partState, <-chan struct{}) {
+// channel that is closed when the state changes and how long until the
+// first partition waiting out a failure's backoff may be retried.
+func (r *Replicator) pick() (*partState, <-chan struct{}, time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.now()
 	wall := time.Now()
 	var cands []Candidate
 	byKey := map[Candidate]*partState{}
+	retryIn := time.Duration(math.MaxInt64)
 	held := r.leasedLocked()
 	for _, t := range r.topics {
 		if !t.ready || t.paused || t.stopping {
 			continue
 		}
 		for _, p := range t.parts {
-			if p.busy || wall.Before(p.retryAt) {
+			if p.busy {
+				continue
+			}
+			if wall.Before(p.retryAt) {
+				retryIn = min(retryIn, p.retryAt.Sub(wall))
 				continue
 			}
 			if held != nil && !held[p] {
@@ -688,7 +707,7 @@ func (r *Replicator) pick() (*partState, <-chan struct{}) {
 		}
 	}
 	if len(cands) == 0 {
-		return nil, r.changed
+		return nil, r.changed, retryIn
 	}
 	order := Schedule(cands)
 	if r.log.Enabled(context.Background(), slog.LevelDebug) {
@@ -700,7 +719,7 @@ func (r *Replicator) pick() (*partState, <-chan struct{}) {
 	}
 	p := byKey[order[0]]
 	p.busy = true
-	return p, nil
+	return p, nil, 0
 }
 
 // leasedLocked returns, under Leases, the partitions (of every topic,
@@ -743,6 +762,7 @@ func (r *Replicator) sampler(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		case <-r.sampleNow:
 		}
 	}
 }

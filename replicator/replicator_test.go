@@ -497,3 +497,21 @@ func TestOnProgressTellsEachAdvance(t *testing.T) {
 		return ""
 	})
 }
+
+// A topic set migrating is copied to the source's end at once: the
+// sampler, whose samples bound what the copy reads, samples then instead
+// of at its next tick (an hour away here).
+func TestSetMigratingSamplesAtOnce(t *testing.T) {
+	t.Parallel()
+	src, dst := startPair(t)
+	produceMatrix(t, src, "hurried", 100)
+	rn := run(t, src, dst, replicator.Topics("hurried"), replicator.SampleInterval(time.Hour))
+	defer rn.stop(t)
+	waitCaughtUp(t, rn, src, "hurried") // the first sample, at the start
+	produceMatrix(t, src, "hurried", 100)
+	if err := rn.r.SetMigrating("hurried", true); err != nil {
+		t.Fatal(err)
+	}
+	waitCaughtUp(t, rn, src, "hurried")
+	requireParity(t, src, dst, "hurried", replicator.ParityExact, 200)
+}
