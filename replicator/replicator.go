@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"log/slog"
+	"math"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -183,9 +183,9 @@ type Replicator struct {
 	// sampleNow asks the sampler for a sample at once (buffer 1): a topic
 	// set migrating is copied to the source's end without waiting a tick.
 	sampleNow chan struct{}
-	running  bool
-	pid      producerID // the run's shared producer id, zero before InitProducerId
-	order    string     // last schedule, for the debug log
+	running   bool
+	pid       producerID // the run's shared producer id, zero before InitProducerId
+	order     string     // last schedule, for the debug log
 
 	onRead     atomic.Pointer[func(SourceRead)] // OnSourceRead's callback
 	onProgress atomic.Pointer[func(string)]     // OnProgress's callback
