@@ -7,6 +7,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/baton-kafka/baton/controlplane/acl"
 	"github.com/baton-kafka/baton/migration"
 )
 
@@ -163,7 +164,7 @@ func (cp *ControlPlane) restoreOne(topic string) (bool, bool) {
 	cp.mu.Unlock()
 	switch {
 	case !first:
-	case errors.Is(err, ErrSourceFence) || errors.Is(err, ErrNoSourceFence):
+	case errors.Is(err, acl.ErrFence) || errors.Is(err, ErrNoSourceFence):
 		cp.log.Warn("lifting the source fence after a rollback failed; retrying in the background. Until it is lifted "+
 			"the source refuses every write to the topic (agents answer them retriable), and a cutover of it is refused: "+
 			"check the source is reachable and the admin may alter ACLs", "topic", topic, "err", err)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/controlplane/acl"
 	"github.com/baton-kafka/baton/internal/testlog"
 )
 
@@ -21,10 +22,10 @@ func TestNoGuardWarnsOnce(t *testing.T) {
 		want  []string // in the one WARN; none: no such WARN
 	}{
 		{"no authorizer", NoGuard{}, []string{"no authorizer", "Only the agents keep producers off", "Enable an authorizer"}},
-		{"anonymous replicator", NoGuard{Why: anonymousWhy, Remedy: anonymousRemedy},
+		{"anonymous replicator", NoGuard{Why: acl.AnonymousWhy, Remedy: acl.AnonymousRemedy},
 			[]string{"as User:ANONYMOUS", "not write-protected against them", "Only the agents keep producers off",
 				"authenticated listener (SASL or mTLS)", "--replicator-principal"}},
-		{"a guard", &ACLGuard{Replicator: "User:repl"}, nil},
+		{"a guard", &acl.Guard{Replicator: "User:repl"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

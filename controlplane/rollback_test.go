@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/controlplane/acl"
 	"github.com/baton-kafka/baton/internal/embedded"
 	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/migration"
@@ -42,7 +43,7 @@ func TestRollbackWithDestinationDown(t *testing.T) {
 	}
 	t.Cleanup(gcl.Close)
 	adm := kadm.NewClient(gcl)
-	guard := &ACLGuard{Admin: adm, Replicator: "User:repl"}
+	guard := &acl.Guard{Admin: adm, Replicator: "User:repl"}
 
 	dir := t.TempDir()
 	p := startPlane(t, ctx, dir, "", k, WithGuard(guard))

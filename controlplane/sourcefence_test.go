@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,11 +11,11 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 
+	"github.com/baton-kafka/baton/controlplane/acl"
+	"github.com/baton-kafka/baton/controlplane/acl/acltest"
 	"github.com/baton-kafka/baton/controlplane/replication"
 	"github.com/baton-kafka/baton/internal/embedded"
 	"github.com/baton-kafka/baton/internal/wait"
@@ -24,331 +23,8 @@ import (
 	"github.com/baton-kafka/baton/replicator"
 )
 
-// The source fence's tests run on a kfake source with an authorizer:
-// aclDestination's cluster ("admin" a superuser, "app" and "repl" allowed
-// to write every topic, "other" nothing), here standing for the source.
-
-// testLedger is the in-memory ledger whose writes fail with putErr
-// (ErrNotLeader: a deposed leader's etcd writes), counting them.
-type testLedger struct {
-	memLedger
-	mu     sync.Mutex
-	putErr error
-	puts   int
-}
-
-func (l *testLedger) PutGuardACLs(ctx context.Context, topic string, acls []OwnedACL) error {
-	l.mu.Lock()
-	l.puts++
-	err := l.putErr
-	l.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	return l.memLedger.PutGuardACLs(ctx, topic, acls)
-}
-
-func (l *testLedger) record(topic string) []OwnedACL {
-	r, _ := l.GuardACLs(context.Background(), topic)
-	return r
-}
-
-// deposedLedger reads the shared ledger, as a deposed leader still can,
-// and fails every write with ErrNotLeader, as its fenced etcd writes do.
-type deposedLedger struct{ l *testLedger }
-
-func (d deposedLedger) GuardACLs(ctx context.Context, topic string) ([]OwnedACL, error) {
-	return d.l.GuardACLs(ctx, topic)
-}
-
-func (deposedLedger) PutGuardACLs(context.Context, string, []OwnedACL) error { return ErrNotLeader }
-
-// fenceACLs counts the DENY WRITE ACLs for User:* from any host on the
-// literal topic: the fence's, or an operator's identical one.
-func fenceACLs(t *testing.T, ctx context.Context, adm *kadm.Client, topic string) int {
-	t.Helper()
-	res, err := adm.DescribeACLs(ctx, fenceACL.builder(topic))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := describeErr(res); err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, r := range res {
-		for _, a := range r.Described {
-			if a.Name == topic && a.Principal == "User:*" && a.Host == "*" && a.Permission == kmsg.ACLPermissionTypeDeny &&
-				a.Operation == kadm.OpWrite && a.Pattern == kadm.ACLPatternLiteral {
-				n++
-			}
-		}
-	}
-	return n
-}
-
-// wantRefused checks that user's write to topic is refused by the fence:
-// TOPIC_AUTHORIZATION_FAILED.
-func wantRefused(t *testing.T, c *embedded.Cluster, user, topic, when string) {
-	t.Helper()
-	if err := canWrite(t, c, user, topic); !errors.Is(err, kerr.TopicAuthorizationFailed) {
-		t.Errorf("%s writing %s %s: %v, want TOPIC_AUTHORIZATION_FAILED", user, topic, when, err)
-	}
-}
-
-func wantWrites(t *testing.T, c *embedded.Cluster, user, topic, when string) {
-	t.Helper()
-	if err := canWrite(t, c, user, topic); err != nil {
-		t.Errorf("%s writing %s %s: %v, want it written", user, topic, when, err)
-	}
-}
-
-func createTopics(t *testing.T, ctx context.Context, adm *kadm.Client, topics ...string) {
-	t.Helper()
-	for _, topic := range topics {
-		r, err := adm.CreateTopic(ctx, 1, 1, nil, topic)
-		if err == nil {
-			err = r.Err
-		}
-		if err != nil {
-			t.Fatalf("creating %s: %v", topic, err)
-		}
-	}
-}
-
-// Fence denies every principal but superusers writes to the topic (the
-// producer's ALLOW notwithstanding), is idempotent, is enforced once up
-// and only then, and Lift gives the writes back.
-func TestACLFenceFencesAndLifts(t *testing.T) {
-	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	src := aclDestination(t)
-	admCl := saslClient(t, src, "admin", "admin-pw")
-	adm := kadm.NewClient(admCl)
-	createTopics(t, ctx, adm, "orders", "payments")
-	led := &testLedger{}
-	f := &ACLFence{Client: admCl, Owned: led}
-
-	if ok, behind, err := f.Enforced(ctx, "orders"); err != nil || ok || !strings.Contains(behind, "broker") {
-		t.Fatalf("Enforced before Fence = %v, %q, %v; want false naming the broker behind", ok, behind, err)
-	}
-	wantWrites(t, src, "app", "orders", "before Fence")
-
-	for i := range 3 { // idempotent
-		if err := f.Fence(ctx, "orders"); err != nil {
-			t.Fatalf("Fence #%d: %v", i+1, err)
-		}
-	}
-	if n := fenceACLs(t, ctx, adm, "orders"); n != 1 {
-		t.Errorf("%d fence ACLs after three Fences, want 1", n)
-	}
-	if got := led.record("orders"); !slices.Equal(got, []OwnedACL{fenceACL}) {
-		t.Errorf("ledger after Fence: %v, want the fence ACL", got)
-	}
-	if ok, behind, err := f.Enforced(ctx, "orders"); err != nil || !ok {
-		t.Fatalf("Enforced after Fence = %v, %q, %v; want true", ok, behind, err)
-	}
-	for _, u := range []string{"app", "repl"} {
-		wantRefused(t, src, u, "orders", "while fenced")
-	}
-	// Superusers are not bound by ACLs (documented): the fence cannot stop them.
-	wantWrites(t, src, "admin", "orders", "while fenced (a superuser)")
-	wantWrites(t, src, "app", "payments", "(not fenced)")
-	if ok, _, err := f.Enforced(ctx, "payments"); err != nil || ok {
-		t.Errorf("Enforced for a topic never fenced = %v, %v; want false", ok, err)
-	}
-
-	if err := f.Lift(ctx, "orders"); err != nil {
-		t.Fatal(err)
-	}
-	wantWrites(t, src, "app", "orders", "after Lift")
-	if n := fenceACLs(t, ctx, adm, "orders"); n != 0 {
-		t.Errorf("%d fence ACLs after Lift, want 0", n)
-	}
-	if got := led.record("orders"); got != nil {
-		t.Errorf("ledger after Lift: %v, want it cleared", got)
-	}
-	if ok, _, err := f.Enforced(ctx, "orders"); err != nil || ok {
-		t.Errorf("Enforced after Lift = %v, %v; want false", ok, err)
-	}
-	if err := f.Lift(ctx, "orders"); err != nil { // nothing left to lift
-		t.Fatal(err)
-	}
-}
-
-// Lift deletes only what Fence created: an operator's own DENY WRITE for
-// User:* on the topic, there before the fence, is not recorded by Fence
-// and survives Lift, with either ledger.
-func TestACLFenceLiftKeepsTheOperatorsDeny(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		name string
-		led  *testLedger // nil: the in-memory default
-	}{
-		{"in-memory record", nil},
-		{"ledger", &testLedger{}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
-			src := aclDestination(t)
-			admCl := saslClient(t, src, "admin", "admin-pw")
-			adm := kadm.NewClient(admCl)
-			createTopics(t, ctx, adm, "orders")
-			if err := createACLs(ctx, adm, fenceACL.builder("orders")); err != nil { // the operator's
-				t.Fatal(err)
-			}
-			f := &ACLFence{Client: admCl}
-			if tc.led != nil {
-				f.Owned = tc.led
-			}
-			if err := f.Fence(ctx, "orders"); err != nil {
-				t.Fatal(err)
-			}
-			if owned, err := f.ledger().GuardACLs(ctx, "orders"); err != nil || len(owned) != 0 {
-				t.Fatalf("Fence recorded %v (%v) over the operator's own DENY; want nothing", owned, err)
-			}
-			if ok, _, err := f.Enforced(ctx, "orders"); err != nil || !ok {
-				t.Fatalf("Enforced with the operator's DENY = %v, %v; want true", ok, err)
-			}
-			if err := f.Lift(ctx, "orders"); err != nil {
-				t.Fatal(err)
-			}
-			if n := fenceACLs(t, ctx, adm, "orders"); n != 1 {
-				t.Errorf("Lift deleted the operator's own DENY WRITE for User:* (%d left)", n)
-			}
-			wantRefused(t, src, "app", "orders", "after Lift, under the operator's DENY")
-		})
-	}
-}
-
-// Fence records the ACL before creating it: when the record cannot be
-// written (a deposed leader's etcd write fails with ErrNotLeader, or etcd
-// is down), no ACL is created.
-func TestACLFenceCreatesNothingUnrecorded(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		name string
-		err  error
-	}{
-		{"not the leader", ErrNotLeader},
-		{"etcd unreachable", context.DeadlineExceeded},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
-			src := aclDestination(t)
-			admCl := saslClient(t, src, "admin", "admin-pw")
-			adm := kadm.NewClient(admCl)
-			createTopics(t, ctx, adm, "orders")
-			led := &testLedger{putErr: tc.err}
-			f := &ACLFence{Client: admCl, Owned: led}
-			if err := f.Fence(ctx, "orders"); !errors.Is(err, ErrSourceFence) {
-				t.Fatalf("Fence with a failing ledger: %v, want ErrSourceFence", err)
-			}
-			if led.puts == 0 {
-				t.Error("Fence never tried to record the ACL")
-			}
-			if n := fenceACLs(t, ctx, adm, "orders"); n != 0 {
-				t.Fatalf("Fence created %d ACLs it could not record", n)
-			}
-			if ok, _, err := f.Enforced(ctx, "orders"); err != nil || ok {
-				t.Errorf("Enforced = %v, %v; want false", ok, err)
-			}
-			wantWrites(t, src, "app", "orders", "after a Fence that could not record")
-		})
-	}
-}
-
-// A deposed leader lifts nothing: the ledger it still reads holds the new
-// leader's fence, but its writes fail (ErrNotLeader). Its Lift must leave
-// that fence up, or a cutover the new leader runs on it reads the source's
-// end offsets while the source takes writes again.
-func TestACLFenceDeposedLeaderLiftsNothing(t *testing.T) {
-	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	src := aclDestination(t)
-	admCl := saslClient(t, src, "admin", "admin-pw")
-	adm := kadm.NewClient(admCl)
-	createTopics(t, ctx, adm, "orders")
-	shared := &testLedger{}
-	leader := &ACLFence{Client: admCl, Owned: shared}
-	if err := leader.Fence(ctx, "orders"); err != nil {
-		t.Fatal(err)
-	}
-	deposed := &ACLFence{Client: saslClient(t, src, "admin", "admin-pw"), Owned: deposedLedger{shared}}
-	if err := deposed.Lift(ctx, "orders"); err == nil {
-		t.Error("a deposed leader's Lift succeeded")
-	}
-	if n := fenceACLs(t, ctx, adm, "orders"); n != 1 {
-		t.Fatalf("a deposed leader's Lift deleted the leader's fence (%d fence ACLs left)", n)
-	}
-	wantRefused(t, src, "app", "orders", "after a deposed leader's Lift")
-	if got := shared.record("orders"); !slices.Equal(got, []OwnedACL{fenceACL}) {
-		t.Errorf("the leader's record: %v", got)
-	}
-}
-
-func TestDetectFence(t *testing.T) {
-	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	src := aclDestination(t)
-	// A source without an authorizer: Apache Kafka answers DescribeAcls
-	// with SECURITY_DISABLED (kfake, which answers it anyway, is told to).
-	noAuth, err := embedded.Start(embedded.Brokers(1), embedded.Partitions(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(noAuth.Close)
-	kc := noAuth.Kfake()
-	kc.ControlKey(int16(kmsg.DescribeACLs), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		kc.KeepControl()
-		resp := req.ResponseKind().(*kmsg.DescribeACLsResponse)
-		resp.Version = req.GetVersion()
-		resp.ErrorCode = kerr.SecurityDisabled.Code
-		resp.ErrorMessage = kmsg.StringPtr("No Authorizer is configured.")
-		return resp, nil, true
-	})
-	plainCl, err := kgo.NewClient(kgo.SeedBrokers(noAuth.Addrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(plainCl.Close)
-
-	for _, tc := range []struct {
-		name string
-		cl   *kgo.Client
-		want string // "acl", "none" or "error"
-	}{
-		{"authorizer", saslClient(t, src, "admin", "admin-pw"), "acl"},
-		{"admin may not describe ACLs", saslClient(t, src, "other", "other-pw"), "error"},
-		{"no authorizer (SECURITY_DISABLED)", plainCl, "none"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			f, err := DetectFence(ctx, tc.cl)
-			got := "error"
-			switch f := f.(type) {
-			case *ACLFence:
-				got = "acl"
-				if f.Client != tc.cl {
-					t.Error("the ACLFence does not use the client it was detected with")
-				}
-			case NoFence:
-				got = "none"
-			}
-			if got != tc.want {
-				t.Fatalf("DetectFence = %T, %v; want %s", f, err, tc.want)
-			}
-			if tc.want == "error" && !errors.Is(err, ErrSourceFence) {
-				t.Fatalf("error %v is not ErrSourceFence", err)
-			}
-		})
-	}
-}
+// The control plane's source-fence tests run on a kfake source with an
+// authorizer (acltest.Cluster) and an acl.Fence recording in etcd.
 
 // allGates forces every gate a cutover may be forced past: the tests'
 // direct producer (app) is a forgotten producer to bypass detection.
@@ -368,11 +44,11 @@ func migrateForced(t *testing.T, ctx context.Context, p *plane, topic string) {
 }
 
 // startFencedKafka is a kafkaEnv whose source has an authorizer
-// (aclDestination): the replicator and the end-offset reads are the
+// (acltest.Cluster): the replicator and the end-offset reads are the
 // superuser admin's, and prod produces as app, whom the fence stops.
 func startFencedKafka(t *testing.T, ctx context.Context, topics ...string) (*kafkaEnv, *kgo.Client) {
 	t.Helper()
-	src := aclDestination(t)
+	src := acltest.Cluster(t)
 	dst, err := embedded.Start(embedded.Brokers(1), embedded.Partitions(1))
 	if err != nil {
 		t.Fatal(err)
@@ -389,9 +65,9 @@ func startFencedKafka(t *testing.T, ctx context.Context, topics ...string) (*kaf
 	done := make(chan struct{})
 	go func() { defer close(done); _ = r.Run(rctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	admCl := saslClient(t, src, "admin", "admin-pw")
-	createTopics(t, ctx, kadm.NewClient(admCl), topics...)
-	prod := saslClient(t, src, "app", "app-pw")
+	admCl := acltest.Client(t, src, "admin", "admin-pw")
+	acltest.CreateTopics(t, ctx, kadm.NewClient(admCl), topics...)
+	prod := acltest.Client(t, src, "app", "app-pw")
 	return &kafkaEnv{src: src, dst: dst, repl: &replication.ReplicatorAdapter{R: r, Source: kadm.NewClient(admCl)}, prod: prod}, admCl
 }
 
@@ -403,7 +79,7 @@ func startFencedPlane(t *testing.T, ctx context.Context, dir string, k *kafkaEnv
 	if err != nil {
 		t.Fatal(err)
 	}
-	return startPlaneStore(t, ctx, st, "", k, append([]Opt{WithSourceFence(&ACLFence{Client: admCl, Owned: st.FenceLedger()})}, opts...)...)
+	return startPlaneStore(t, ctx, st, "", k, append([]Opt{WithSourceFence(&acl.Fence{Client: admCl, Owned: st.FenceLedger()})}, opts...)...)
 }
 
 func (a *standIn) sourceFenced(topic string) bool {
@@ -481,7 +157,7 @@ func TestSourceFenceCutover(t *testing.T) {
 			if got := a.sourceFenced(topic); got != tc.fenced {
 				t.Fatalf("the agent's route says source_fenced=%v, want %v", got, tc.fenced)
 			}
-			wantWrites(t, k.src, "app", topic, "in PROXY")
+			acltest.WantWrites(t, k.src, "app", topic, "in PROXY")
 			migrateForced(t, ctx, p, topic)
 			top := waitState(t, ctx, p, topic, migration.Complete)
 			if tc.fenced {
@@ -490,7 +166,7 @@ func TestSourceFenceCutover(t *testing.T) {
 				if !top.SourceFenceUp {
 					t.Error("COMPLETE with SourceFenceUp false")
 				}
-				wantRefused(t, k.src, "app", topic, "once COMPLETE")
+				acltest.WantRefused(t, k.src, "app", topic, "once COMPLETE")
 				if !a.sourceFenced(topic) {
 					t.Error("the COMPLETE route dropped source_fenced")
 				}
@@ -506,12 +182,12 @@ func TestSourceFenceCutover(t *testing.T) {
 				if !readded.SourceFenceUp {
 					t.Error("re-added with the last cutover's fence up, and SourceFenceUp false: nobody lifts it")
 				}
-				eventually(t, ctx, "the re-added topic's fence lifted", func() bool { return canWrite(t, k.src, "app", topic) == nil })
+				eventually(t, ctx, "the re-added topic's fence lifted", func() bool { return acltest.CanWrite(t, k.src, "app", topic) == nil })
 			} else {
 				if n := countKind(t, ctx, p, topic, EventSourceFenced); n != 0 {
 					t.Errorf("%d source_fenced events without a fence", n)
 				}
-				wantWrites(t, k.src, "app", topic, "once COMPLETE without a fence")
+				acltest.WantWrites(t, k.src, "app", topic, "once COMPLETE without a fence")
 			}
 			if n := endOffset(t, ctx, k.dst, topic); n < 10 {
 				t.Errorf("the destination holds %d records, want the 10 (or 11) written before the cutover", n)
@@ -558,7 +234,7 @@ func TestSourceFenceLiftedOnRollback(t *testing.T) {
 			k.produce(t, ctx, topic, 5)
 			migrateForced(t, ctx, p, topic)
 			wantEvents(t, ctx, p, topic, EventSourceFenced)
-			wantRefused(t, k.src, "app", topic, "mid-cutover, fenced")
+			acltest.WantRefused(t, k.src, "app", topic, "mid-cutover, fenced")
 			if tc.abort {
 				if got, err := p.cp.Abort(ctx, topic, "operator", "test"); err != nil || got.State != migration.Proxy {
 					t.Fatalf("abort: %v, %v", got.State, err)
@@ -572,8 +248,8 @@ func TestSourceFenceLiftedOnRollback(t *testing.T) {
 				}
 				return ""
 			})
-			wantWrites(t, k.src, "app", topic, "after the rollback")
-			if n := fenceACLs(t, ctx, kadm.NewClient(admCl), topic); n != 0 {
+			acltest.WantWrites(t, k.src, "app", topic, "after the rollback")
+			if n := acltest.FenceACLs(t, ctx, kadm.NewClient(admCl), topic); n != 0 {
 				t.Errorf("%d fence ACLs left after the rollback", n)
 			}
 			if rec, err := p.store.FenceLedger().GuardACLs(ctx, topic); err != nil || len(rec) != 0 {
@@ -631,7 +307,7 @@ func TestSourceFenceMissingRefusesMigrate(t *testing.T) {
 // gatedLedger is a fence ledger whose reads, once armed, wait until
 // released: an etcd slow to answer the lift's read of the record.
 type gatedLedger struct {
-	GuardLedger
+	acl.Ledger
 	mu      sync.Mutex
 	gate    chan struct{}
 	entered chan struct{}
@@ -653,7 +329,7 @@ func (g *gatedLedger) arm() (entered <-chan struct{}, release func()) {
 	}
 }
 
-func (g *gatedLedger) GuardACLs(ctx context.Context, topic string) ([]OwnedACL, error) {
+func (g *gatedLedger) GuardACLs(ctx context.Context, topic string) ([]acl.Owned, error) {
 	g.mu.Lock()
 	gate, entered := g.gate, g.entered
 	g.mu.Unlock()
@@ -668,7 +344,7 @@ func (g *gatedLedger) GuardACLs(ctx context.Context, topic string) ([]OwnedACL, 
 			return nil, ctx.Err()
 		}
 	}
-	return g.GuardLedger.GuardACLs(ctx, topic)
+	return g.Ledger.GuardACLs(ctx, topic)
 }
 
 // The lift of a rolled-back cutover's fence runs in the background (the
@@ -691,8 +367,8 @@ func TestSourceFenceNotLiftedUnderTheNextCutover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	led := &gatedLedger{GuardLedger: st.FenceLedger()}
-	p := startPlaneStore(t, ctx, st, "", k, WithSourceFence(&ACLFence{Client: admCl, Owned: led}))
+	led := &gatedLedger{Ledger: st.FenceLedger()}
+	p := startPlaneStore(t, ctx, st, "", k, WithSourceFence(&acl.Fence{Client: admCl, Owned: led}))
 	a := startAgent(t, ctx, p.addr, "a")
 	k.produce(t, ctx, topic, 10)
 
@@ -756,11 +432,11 @@ func TestSourceFenceNotLiftedUnderTheNextCutover(t *testing.T) {
 	})
 	wantEvents(t, ctx, p, topic, EventSourceFenced, EventAborted, EventRolledBack, EventDrained, EventSourceFenced,
 		EventEndOffsets, EventCompleted)
-	if n := fenceACLs(t, ctx, kadm.NewClient(admCl), topic); n != 1 {
+	if n := acltest.FenceACLs(t, ctx, kadm.NewClient(admCl), topic); n != 1 {
 		t.Errorf("COMPLETE with %d fence ACLs on the source: the rollback's lift took down the fence attempt 2 "+
 			"read the source's end offsets under; events: %v", n, eventLines(t, ctx, p, topic))
 	}
-	wantRefused(t, k.src, "app", topic, "once COMPLETE")
+	acltest.WantRefused(t, k.src, "app", topic, "once COMPLETE")
 	if top, _ := p.cp.Topic(topic); !top.SourceFenceUp {
 		t.Error("COMPLETE with SourceFenceUp false")
 	}
@@ -770,15 +446,15 @@ func TestSourceFenceNotLiftedUnderTheNextCutover(t *testing.T) {
 // the lift after a rollback cannot read the fence's record (etcd or the
 // source's admin out of reach, as far as the lift goes).
 type failingLedger struct {
-	GuardLedger
+	acl.Ledger
 	failing atomic.Bool
 }
 
-func (l *failingLedger) GuardACLs(ctx context.Context, topic string) ([]OwnedACL, error) {
+func (l *failingLedger) GuardACLs(ctx context.Context, topic string) ([]acl.Owned, error) {
 	if l.failing.Load() {
 		return nil, errors.New("test: the fence's record cannot be read")
 	}
-	return l.GuardLedger.GuardACLs(ctx, topic)
+	return l.Ledger.GuardACLs(ctx, topic)
 }
 
 // fenceInCutover adds topic (unless the test did) and runs a cutover of it
@@ -842,8 +518,8 @@ func TestSourceFenceNotLeftBehindByRemoval(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	led := &failingLedger{GuardLedger: st.FenceLedger()}
-	p := startPlaneStore(t, ctx, st, "", k, WithSourceFence(&ACLFence{Client: admCl, Owned: led}))
+	led := &failingLedger{Ledger: st.FenceLedger()}
+	p := startPlaneStore(t, ctx, st, "", k, WithSourceFence(&acl.Fence{Client: admCl, Owned: led}))
 	a := startAgent(t, ctx, p.addr, "a")
 	k.produce(t, ctx, topic, 10)
 	if _, err := p.cp.AddTopic(ctx, TopicSpec{Name: topic}, "test"); err != nil {
@@ -852,7 +528,7 @@ func TestSourceFenceNotLeftBehindByRemoval(t *testing.T) {
 	led.failing.Store(true) // the rollback's lift cannot read its record
 	rollBackFenced(t, ctx, p, k, topic, a)
 	wantEvents(t, ctx, p, topic, EventRolledBack, EventGuardRestoreFailed)
-	wantRefused(t, k.src, "app", topic, "while the lift fails")
+	acltest.WantRefused(t, k.src, "app", topic, "while the lift fails")
 
 	_, rmErr := p.cp.SetState(ctx, topic, migration.Unmanaged, "operator")
 	led.failing.Store(false)
@@ -873,11 +549,11 @@ func TestSourceFenceNotLeftBehindByRemoval(t *testing.T) {
 		t.Fatal(err)
 	}
 	restoreSettled(t, p, topic)
-	if n := fenceACLs(t, ctx, kadm.NewClient(admCl), topic); n != 0 {
+	if n := acltest.FenceACLs(t, ctx, kadm.NewClient(admCl), topic); n != 0 {
 		t.Errorf("the re-added PROXY topic is fenced on the source (%d fence ACLs) with nobody to lift it; events: %v",
 			n, eventLines(t, ctx, p, topic))
 	}
-	wantWrites(t, k.src, "app", topic, "once the re-added topic's restores settled")
+	acltest.WantWrites(t, k.src, "app", topic, "once the re-added topic's restores settled")
 }
 
 // Routes that said source_fenced stay with agents cut off from the control

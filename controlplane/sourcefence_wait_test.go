@@ -8,6 +8,7 @@ import (
 	"time"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/controlplane/acl"
 	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/replicator"
@@ -185,7 +186,7 @@ func (p *protections) count(topic string) int {
 type liftRefused struct{ clockedFence }
 
 func (*liftRefused) Lift(context.Context, string) error {
-	return fmt.Errorf("%w: lifting: CLUSTER_AUTHORIZATION_FAILED", ErrSourceFence)
+	return fmt.Errorf("%w: lifting: CLUSTER_AUTHORIZATION_FAILED", acl.ErrFence)
 }
 
 // The rollback's source-fence lift runs in the guard restore loop, whose

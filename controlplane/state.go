@@ -4,8 +4,10 @@
 // states, versions, agents' lease grants and the audit event log across
 // restarts, and the process's lifecycle (Lifecycle). It drives the
 // replicator through the small Replication interface (its drivers are
-// package controlplane/replication's) and the destination write guard
-// through WriteGuard; it pushes routes to agents through an xds.Server.
+// package controlplane/replication's), the destination write guard
+// through WriteGuard and the source fence through SourceFence (their
+// implementations on Kafka ACLs are package controlplane/acl's); it
+// pushes routes to agents through an xds.Server.
 // The HTTP API the `baton` CLI speaks is package httpapi, which imports
 // this one; Lifecycle serves it through Lifecycle.API.
 //
@@ -73,14 +75,6 @@ var (
 	// ErrDataDirLocked: another process runs an embedded etcd on the
 	// data directory; the message names it.
 	ErrDataDirLocked = errors.New("controlplane: data directory in use")
-	// ErrGuard: the destination write guard cannot be set up as asked.
-	ErrGuard = errors.New("controlplane: destination write guard")
-	// ErrGuardPrincipal: the replicator's principal cannot be told from
-	// producers (User:ANONYMOUS); the write guard refuses to run.
-	ErrGuardPrincipal = errors.New("controlplane: destination write guard: unusable replicator principal")
-	// ErrSourceFence: the source fence could not be put up, checked or
-	// lifted; the message says which and why.
-	ErrSourceFence = errors.New("controlplane: source fence")
 	// ErrNoSourceFence: a topic's routes told agents its source is fenced
 	// at the cutover, and this control plane runs without a source fence.
 	ErrNoSourceFence = errors.New("controlplane: no source fence")

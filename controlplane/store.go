@@ -16,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 
+	"github.com/baton-kafka/baton/controlplane/acl"
 	"github.com/baton-kafka/baton/internal/dirlock"
 )
 
@@ -112,17 +113,17 @@ func (s *EtcdStore) fenced(ctx context.Context) bool {
 }
 
 var (
-	_ Store       = (*EtcdStore)(nil)
-	_ GuardLedger = (*EtcdStore)(nil)
+	_ Store      = (*EtcdStore)(nil)
+	_ acl.Ledger = (*EtcdStore)(nil)
 )
 
-// GuardACLs implements GuardLedger.
-func (s *EtcdStore) GuardACLs(ctx context.Context, topic string) ([]OwnedACL, error) {
+// GuardACLs implements acl.Ledger: the destination write guard's record.
+func (s *EtcdStore) GuardACLs(ctx context.Context, topic string) ([]acl.Owned, error) {
 	return s.ownedACLs(ctx, keyGuard, topic)
 }
 
-// PutGuardACLs implements GuardLedger.
-func (s *EtcdStore) PutGuardACLs(ctx context.Context, topic string, acls []OwnedACL) error {
+// PutGuardACLs implements acl.Ledger.
+func (s *EtcdStore) PutGuardACLs(ctx context.Context, topic string, acls []acl.Owned) error {
 	if err := s.putOwnedACLs(ctx, keyGuard, topic, acls); err != nil {
 		return fmt.Errorf("controlplane: etcd: the guard's record of %s: %w", topic, err)
 	}
@@ -131,24 +132,24 @@ func (s *EtcdStore) PutGuardACLs(ctx context.Context, topic string, acls []Owned
 
 // FenceLedger is the ledger of the ACLs the source fence created, apart
 // from the destination write guard's.
-func (s *EtcdStore) FenceLedger() GuardLedger { return fenceLedger{s} }
+func (s *EtcdStore) FenceLedger() acl.Ledger { return fenceLedger{s} }
 
 type fenceLedger struct{ s *EtcdStore }
 
-var _ GuardLedger = fenceLedger{}
+var _ acl.Ledger = fenceLedger{}
 
-func (l fenceLedger) GuardACLs(ctx context.Context, topic string) ([]OwnedACL, error) {
+func (l fenceLedger) GuardACLs(ctx context.Context, topic string) ([]acl.Owned, error) {
 	return l.s.ownedACLs(ctx, keyFence, topic)
 }
 
-func (l fenceLedger) PutGuardACLs(ctx context.Context, topic string, acls []OwnedACL) error {
+func (l fenceLedger) PutGuardACLs(ctx context.Context, topic string, acls []acl.Owned) error {
 	if err := l.s.putOwnedACLs(ctx, keyFence, topic, acls); err != nil {
 		return fmt.Errorf("controlplane: etcd: the source fence's record of %s: %w", topic, err)
 	}
 	return nil
 }
 
-func (s *EtcdStore) ownedACLs(ctx context.Context, prefix, topic string) ([]OwnedACL, error) {
+func (s *EtcdStore) ownedACLs(ctx context.Context, prefix, topic string) ([]acl.Owned, error) {
 	r, err := s.cli.Get(ctx, prefix+topic)
 	if err != nil {
 		return nil, fmt.Errorf("controlplane: etcd: %w", err)
@@ -156,7 +157,7 @@ func (s *EtcdStore) ownedACLs(ctx context.Context, prefix, topic string) ([]Owne
 	if len(r.Kvs) == 0 {
 		return nil, nil
 	}
-	var out []OwnedACL
+	var out []acl.Owned
 	if err := json.Unmarshal(r.Kvs[0].Value, &out); err != nil {
 		return nil, fmt.Errorf("controlplane: bad record %s: %w", r.Kvs[0].Key, err)
 	}
@@ -165,7 +166,7 @@ func (s *EtcdStore) ownedACLs(ctx context.Context, prefix, topic string) ([]Owne
 
 // putOwnedACLs writes (fenced: see write) topic's record under prefix;
 // none deletes it.
-func (s *EtcdStore) putOwnedACLs(ctx context.Context, prefix, topic string, acls []OwnedACL) error {
+func (s *EtcdStore) putOwnedACLs(ctx context.Context, prefix, topic string, acls []acl.Owned) error {
 	if len(acls) == 0 {
 		return s.write(ctx, clientv3.OpDelete(prefix+topic))
 	}

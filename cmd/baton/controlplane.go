@@ -24,6 +24,7 @@ import (
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/acl"
 	"github.com/baton-kafka/baton/controlplane/httpapi"
 	"github.com/baton-kafka/baton/controlplane/replication"
 	"github.com/baton-kafka/baton/internal/keypair"
@@ -364,7 +365,7 @@ func (w *leaderWiring) destinationGuard(ctx context.Context, dcl *kgo.Client) (c
 	if err != nil {
 		return nil, err
 	}
-	if g, ok := guard.(*controlplane.ACLGuard); ok {
+	if g, ok := guard.(*acl.Guard); ok {
 		g.Owned = w.store // what the guard created, so that lifting it removes that and nothing else
 	}
 	w.log.Info("destination write guard", "guard", fmt.Sprintf("%T", guard), "replicator_principal", principal)
@@ -377,7 +378,7 @@ func (w *leaderWiring) sourceFence(ctx context.Context, scl *kgo.Client) (contro
 	if err != nil {
 		return nil, err
 	}
-	if f, ok := fence.(*controlplane.ACLFence); ok {
+	if f, ok := fence.(*acl.Fence); ok {
 		f.Owned = w.store.FenceLedger() // what the fence created, so that a rollback removes that and nothing else
 		f.Term = w.fl.leaderTTL         // an ACL change after a longer pause may be a deposed leader's
 		w.log.Info("source fence: a cutover denies writes to its topic on the source (DENY WRITE User:*), and agents " +
@@ -410,13 +411,16 @@ func pickFence(ctx context.Context, mode string, cl *kgo.Client) (controlplane.S
 	case "none":
 		return controlplane.NoFence{}, nil
 	case "acl":
-		return &controlplane.ACLFence{Client: cl}, nil
+		return &acl.Fence{Client: cl}, nil
 	case "auto":
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		f, err := controlplane.DetectFence(dctx, cl)
+		f, err := acl.DetectFence(dctx, cl)
 		if err != nil {
 			return nil, fmt.Errorf("--source-fence=auto: %w (use --source-fence=none to run without one)", err)
+		}
+		if f == nil { // no authorizer
+			return controlplane.NoFence{}, nil
 		}
 		return f, nil
 	}
@@ -455,7 +459,7 @@ func pickGuard(ctx context.Context, mode string, adm *kadm.Client, principal str
 		return controlplane.NoGuard{Why: "the guard is off (--write-guard=none)",
 			Remedy: "Run with --write-guard=auto to have Baton deny such writes where the destination can"}, nil
 	case "acl":
-		g := &controlplane.ACLGuard{Admin: adm, Replicator: principal}
+		g := &acl.Guard{Admin: adm, Replicator: principal}
 		if err := g.Validate(); err != nil {
 			return nil, fmt.Errorf("--write-guard=acl: --replicator-principal: %w (connect the replicator with --destination-sasl-* "+
 				"or a client certificate and name its principal, or use --write-guard=auto, which runs without a guard where "+
@@ -465,12 +469,15 @@ func pickGuard(ctx context.Context, mode string, adm *kadm.Client, principal str
 	case "auto":
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		g, err := controlplane.DetectGuard(dctx, adm, principal)
-		if errors.Is(err, controlplane.ErrGuardPrincipal) {
+		g, none, err := acl.DetectGuard(dctx, adm, principal)
+		if errors.Is(err, acl.ErrGuardPrincipal) {
 			return nil, fmt.Errorf("--replicator-principal: %w (or --write-guard=none to run without a guard)", err)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("--write-guard=auto: %w (use --write-guard=none to run without a guard)", err)
+		}
+		if none != nil {
+			return controlplane.NoGuard{Why: none.Why, Remedy: none.Remedy}, nil
 		}
 		return g, nil
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/acl"
 	"github.com/baton-kafka/baton/internal/embedded"
 )
 
@@ -54,7 +55,7 @@ func TestPickGuard(t *testing.T) {
 			g, err := pickGuard(ctx, tc.mode, adm, tc.principal)
 			var got, said string
 			switch g := g.(type) {
-			case *controlplane.ACLGuard:
+			case *acl.Guard:
 				got = "acl"
 			case controlplane.NoGuard:
 				got, said = "none", g.Why+" "+g.Remedy

@@ -9,18 +9,20 @@ import (
 	"strings"
 
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/acl"
 	"github.com/baton-kafka/baton/controlplane/replication"
 )
 
-// An error answered by the API keeps its controlplane sentinel: the
-// answer names, besides the message, the code of every sentinel the error
-// wraps ({"error": "...", "codes": ["gate_refused"]}), and the client's
-// Error unwraps to those sentinels, so that errors.Is(err,
-// controlplane.ErrGateRefused) holds on both sides of the wire. The codes
-// are stable: a client reads them from servers of other versions.
+// An error answered by the API keeps its sentinel (controlplane's, or
+// that of acl or replication below it): the answer names, besides the
+// message, the code of every sentinel the error wraps ({"error": "...",
+// "codes": ["gate_refused"]}), and the client's Error unwraps to those
+// sentinels, so that errors.Is(err, controlplane.ErrGateRefused) holds on
+// both sides of the wire. The codes are stable: a client reads them from
+// servers of other versions.
 
-// sentinel is one controlplane sentinel the API answers: its code on the
-// wire and the HTTP status it is answered with.
+// sentinel is one sentinel the API answers: its code on the wire and the
+// HTTP status it is answered with.
 type sentinel struct {
 	err    error
 	code   string
@@ -45,16 +47,16 @@ var sentinels = []sentinel{
 	{controlplane.ErrVersionMoved, "version_moved", http.StatusInternalServerError},
 	{controlplane.ErrDecided, "decided", http.StatusInternalServerError},
 	{replication.ErrNotReady, "not_ready", http.StatusInternalServerError},
-	{controlplane.ErrGuardPrincipal, "guard_principal", http.StatusInternalServerError},
-	{controlplane.ErrGuard, "guard", http.StatusInternalServerError},
+	{acl.ErrGuardPrincipal, "guard_principal", http.StatusInternalServerError},
+	{acl.ErrGuard, "guard", http.StatusInternalServerError},
 	{controlplane.ErrNoSourceFence, "no_source_fence", http.StatusInternalServerError},
-	{controlplane.ErrSourceFence, "source_fence", http.StatusInternalServerError},
+	{acl.ErrFence, "source_fence", http.StatusInternalServerError},
 	{controlplane.ErrTransactions, "transactions", http.StatusInternalServerError},
 	{controlplane.ErrDataDirLocked, "data_dir_locked", http.StatusInternalServerError},
 }
 
 // Error is an error answered by the control plane. It unwraps to the
-// controlplane sentinels the server's error wrapped (see Codes).
+// sentinels the server's error wrapped (see Codes).
 type Error struct {
 	Status  int
 	Message string

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/acl"
 	"github.com/baton-kafka/baton/controlplane/replication"
 	"github.com/baton-kafka/baton/migration"
 )
@@ -49,10 +50,10 @@ func TestSentinelsSurviveTheWire(t *testing.T) {
 		{controlplane.ErrVersionMoved, "version_moved", http.StatusInternalServerError},
 		{controlplane.ErrDecided, "decided", http.StatusInternalServerError},
 		{replication.ErrNotReady, "not_ready", http.StatusInternalServerError},
-		{controlplane.ErrGuardPrincipal, "guard_principal", http.StatusInternalServerError},
-		{controlplane.ErrGuard, "guard", http.StatusInternalServerError},
+		{acl.ErrGuardPrincipal, "guard_principal", http.StatusInternalServerError},
+		{acl.ErrGuard, "guard", http.StatusInternalServerError},
 		{controlplane.ErrNoSourceFence, "no_source_fence", http.StatusInternalServerError},
-		{controlplane.ErrSourceFence, "source_fence", http.StatusInternalServerError},
+		{acl.ErrFence, "source_fence", http.StatusInternalServerError},
 		{controlplane.ErrTransactions, "transactions", http.StatusInternalServerError},
 		{controlplane.ErrDataDirLocked, "data_dir_locked", http.StatusInternalServerError},
 	}

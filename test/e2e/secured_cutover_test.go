@@ -29,6 +29,7 @@ import (
 	"github.com/baton-kafka/baton/agent"
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/acl"
 	"github.com/baton-kafka/baton/controlplane/replication"
 	"github.com/baton-kafka/baton/filter"
 	"github.com/baton-kafka/baton/internal/testcert"
@@ -134,13 +135,12 @@ func TestSecuredCutoverRealKafka(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wg, err := controlplane.DetectGuard(ctx, kadm.NewClient(newClient(t, dst.Bootstrap(), repl...)), "User:"+replUser)
+	guard, none, err := acl.DetectGuard(ctx, kadm.NewClient(newClient(t, dst.Bootstrap(), repl...)), "User:"+replUser)
 	if err != nil {
 		t.Fatal(err)
 	}
-	guard, ok := wg.(*controlplane.ACLGuard)
-	if !ok {
-		t.Fatalf("DetectGuard on a destination with StandardAuthorizer picked %T, want *controlplane.ACLGuard", wg)
+	if guard == nil {
+		t.Fatalf("DetectGuard on a destination with StandardAuthorizer found no guard (%+v), want an acl.Guard", none)
 	}
 	guard.Owned = store
 	hold := &holdAfterDrain{
