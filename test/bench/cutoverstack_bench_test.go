@@ -121,16 +121,17 @@ func (st *cutoverStack) waitLag(b *testing.B, topic string) {
 // migrate starts topic's cutover, again while a gate refuses it (the lag
 // sampled between waitLag and now), for up to a minute.
 func (st *cutoverStack) migrate(b *testing.B, ctx context.Context, topic string) {
-	var last error
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if _, last = st.api.Migrate(ctx, topic, "bench", nil); last == nil {
-			return
+	wait.For(b, time.Minute, "migrate "+topic, func() string {
+		_, err := st.api.Migrate(ctx, topic, "bench", nil)
+		switch {
+		case err == nil:
+			return ""
+		case errors.Is(err, controlplane.ErrGateRefused):
+			return err.Error()
 		}
-		if !errors.Is(last, controlplane.ErrGateRefused) {
-			break
-		}
-	}
-	b.Fatalf("migrate %s: %v", topic, last)
+		b.Fatalf("migrate %s: %v", topic, err)
+		return ""
+	})
 }
 
 // errDecided stops the event stream once the cutover is decided.

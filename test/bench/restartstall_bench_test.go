@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/test/clients"
 	"github.com/baton-kafka/baton/test/kafka"
 )
@@ -164,12 +165,12 @@ func startStallRuns(b *testing.B, ctx context.Context, direct, agent, topic stri
 		}
 		return true
 	}
-	for !acked() {
-		if ctx.Err() != nil {
-			b.Fatal("a producer never acked a record")
+	wait.For(b, 5*time.Minute, "every producer's first ack", func() string {
+		if !acked() {
+			return "a producer has acked nothing yet"
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return ""
+	})
 	return runs
 }
 

@@ -294,19 +294,8 @@ func settled(t *testing.T, ctx context.Context, e *env, topic string) error {
 	})
 }
 
-// waitFor polls cond until it returns nil, ctx ends or limit passes.
+// waitFor polls cond until it returns nil, ctx ends or limit passes
+// (kafka.PollUntil).
 func waitFor(ctx context.Context, limit time.Duration, cond func() error) error {
-	ctx, cancel := context.WithTimeout(ctx, limit)
-	defer cancel()
-	for {
-		err := cond()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w; last: %v", ctx.Err(), err)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	return kafka.PollUntil(ctx, limit, cond)
 }

@@ -62,7 +62,7 @@ func MoveLeader(ctx context.Context, adm *kadm.Client, topic string, p int32) (i
 	set := kadm.TopicsSet{}
 	set.Add(topic, p)
 	// The order change moves no data; wait until it is done.
-	if err := pollUntil(ctx, 30*time.Second, func() error {
+	if err := PollUntil(ctx, 30*time.Second, func() error {
 		l, err := adm.ListPartitionReassignments(ctx, set)
 		if err != nil {
 			return err
@@ -85,7 +85,7 @@ func MoveLeader(ctx context.Context, adm *kadm.Client, topic string, p int32) (i
 	if r, ok := res[topic][p]; ok && r.Err != nil {
 		return 0, fmt.Errorf("ElectLeaders %s/%d: %w", topic, p, r.Err)
 	}
-	err = pollUntil(ctx, 30*time.Second, func() error {
+	err = PollUntil(ctx, 30*time.Second, func() error {
 		md, err := adm.Metadata(ctx, topic)
 		if err != nil {
 			return err
@@ -101,9 +101,9 @@ func MoveLeader(ctx context.Context, adm *kadm.Client, topic string, p int32) (i
 	return 1, nil
 }
 
-// pollUntil polls cond every 50 ms until it returns nil, ctx ends or limit
+// PollUntil polls cond every 50 ms until it returns nil, ctx ends or limit
 // passes.
-func pollUntil(ctx context.Context, limit time.Duration, cond func() error) error {
+func PollUntil(ctx context.Context, limit time.Duration, cond func() error) error {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	for {
