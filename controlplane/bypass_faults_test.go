@@ -111,7 +111,7 @@ func TestCutOffOrKilledAgentIsNoBypass(t *testing.T) {
 	startRealAgent(t, ctx, k, p.addr, "pod-killed")
 
 	// Cut off for longer than the lease and the grace.
-	time.Sleep(migration.DefaultLease + p.cp.bypassGrace())
+	time.Sleep(migration.DefaultLease + p.cp.Shadow().Grace())
 	heal()
 	waitLeased(t, p, "pod-cut", "pod-killed")
 	close(stopProducing)
@@ -125,15 +125,15 @@ func TestCutOffOrKilledAgentIsNoBypass(t *testing.T) {
 		if evs := bypassEvents(t, ctx, p, topic, EventForgottenProducer); len(evs) > 0 {
 			t.Errorf("%s, written only through agents, reported as a bypass: %s", topic, evs[0].Reason)
 		}
-		if got := counterValue(t, p.cp.bypassMetrics.unattributed.WithLabelValues(topic)); got != 0 {
+		if got := counterValue(t, reg, "baton_controlplane_bypass_records_total", topic); got != 0 {
 			t.Errorf("%s: %v records counted as bypasses, want 0", topic, got)
 		}
 	}
-	if got := counterValue(t, p.cp.bypassMetrics.unknown.WithLabelValues("killed")); got == 0 {
+	if got := counterValue(t, reg, "baton_controlplane_bypass_unattributable_records_total", "killed"); got == 0 {
 		t.Errorf("killed: no record counted unattributable: the killed agent's last writes were judged some other way")
 	}
-	t.Logf("unattributable records: cut %v, killed %v", counterValue(t, p.cp.bypassMetrics.unknown.WithLabelValues("cut")),
-		counterValue(t, p.cp.bypassMetrics.unknown.WithLabelValues("killed")))
+	t.Logf("unattributable records: cut %v, killed %v", counterValue(t, reg, "baton_controlplane_bypass_unattributable_records_total", "cut"),
+		counterValue(t, reg, "baton_controlplane_bypass_unattributable_records_total", "killed"))
 
 	// Detection still works once the agents report again. The first
 	// write to a partition idle since before the kill may be

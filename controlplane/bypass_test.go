@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -72,9 +71,7 @@ func producerTo(t *testing.T, addr string, opts ...kgo.Opt) *kgo.Client {
 func waitWatching(t *testing.T, p *plane, topic string) {
 	t.Helper()
 	wait.For(t, 20*time.Second, "bypass detection watches "+topic, func() string {
-		p.cp.byp.mu.Lock()
-		defer p.cp.byp.mu.Unlock()
-		if w := p.cp.byp.proxy[topic]; w != nil && w.ready {
+		if p.cp.Shadow().WatchState(topic).Watching {
 			return ""
 		}
 		return "not yet"
@@ -89,19 +86,16 @@ func waitJudged(t *testing.T, ctx context.Context, k *kafkaEnv, p *plane, topic 
 		t.Fatal(err)
 	}
 	wait.For(t, 30*time.Second, "every record of "+topic+" judged", func() string {
-		p.cp.byp.mu.Lock()
-		defer p.cp.byp.mu.Unlock()
-		w := p.cp.byp.proxy[topic]
-		if w == nil {
+		st := p.cp.Shadow().WatchState(topic)
+		if !st.Watching {
 			return "no watch"
 		}
 		for part, end := range ends {
-			a := w.parts[part]
 			if end == 0 {
 				continue
 			}
-			if a == nil || a.judged < end || len(a.pending) > 0 {
-				return fmt.Sprintf("partition %d: judged below %v of %d", part, a, end)
+			if judged, ok := st.Judged[part]; !ok || judged < end || st.Pending > 0 {
+				return fmt.Sprintf("partition %d: judged below %d of %d, %d runs pending", part, judged, end, st.Pending)
 			}
 		}
 		return ""
@@ -185,10 +179,10 @@ func TestForgottenProducer(t *testing.T) {
 	if ev.Bypass == nil || ev.Bypass.ProducerID != pid || ev.Bypass.Partition != rs[0].Record.Partition {
 		t.Errorf("event %+v: want producer id %d, partition %d", ev.Bypass, pid, rs[0].Record.Partition)
 	}
-	if _, what, ok := p.cp.LastBypass("direct"); !ok || !strings.Contains(what, fmt.Sprint(pid)) {
+	if _, what, ok := p.cp.Shadow().LastBypass("direct"); !ok || !strings.Contains(what, fmt.Sprint(pid)) {
 		t.Errorf("LastBypass(direct) = %q, %v: want the producer id %d", what, ok, pid)
 	}
-	if got := counterValue(t, p.cp.bypassMetrics.unattributed.WithLabelValues("direct")); got != 2 {
+	if got := counterValue(t, reg, "baton_controlplane_bypass_records_total", "direct"); got != 2 {
 		t.Errorf("unattributed records of direct: %v, want 2", got)
 	}
 
@@ -205,11 +199,11 @@ func TestForgottenProducer(t *testing.T) {
 		if evs := bypassEvents(t, ctx, p, topic, EventForgottenProducer); len(evs) > 0 {
 			t.Errorf("%s, written through the agent, reported as a bypass: %+v", topic, evs[0])
 		}
-		if _, what, ok := p.cp.LastBypass(topic); ok {
+		if _, what, ok := p.cp.Shadow().LastBypass(topic); ok {
 			t.Errorf("LastBypass(%s) = %q, want none", topic, what)
 		}
 	}
-	if got := counterValue(t, p.cp.bypassMetrics.unknown.WithLabelValues("noack")); got == 0 {
+	if got := counterValue(t, reg, "baton_controlplane_bypass_unattributable_records_total", "noack"); got == 0 {
 		t.Errorf("acks=0 through the agent: no record counted unattributable: the incomplete span was not used")
 	}
 
@@ -243,9 +237,7 @@ func TestSourceWrittenAfterComplete(t *testing.T) {
 
 	watched := func(p *plane) func() string {
 		return func() string {
-			p.cp.byp.mu.Lock()
-			defer p.cp.byp.mu.Unlock()
-			if w := p.cp.byp.complete["done"]; w != nil && w.ends != nil {
+			if p.cp.Shadow().WatchState("done").AfterComplete {
 				return ""
 			}
 			return "no baseline yet"
@@ -275,11 +267,24 @@ func TestSourceWrittenAfterComplete(t *testing.T) {
 	})
 }
 
-func counterValue(t *testing.T, c prometheus.Counter) float64 {
+// counterValue reads the counter name{topic} from reg (0: none yet).
+func counterValue(t *testing.T, reg *prometheus.Registry, name, topic string) float64 {
 	t.Helper()
-	var m dto.Metric
-	if err := c.Write(&m); err != nil {
+	mfs, err := reg.Gather()
+	if err != nil {
 		t.Fatal(err)
 	}
-	return m.GetCounter().GetValue()
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "topic" && l.GetValue() == topic {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }

@@ -21,6 +21,7 @@ import (
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/controlplane/cutover"
+	"github.com/baton-kafka/baton/controlplane/shadow"
 	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/xds"
 )
@@ -56,19 +57,16 @@ type config struct {
 	log          *slog.Logger
 	now          func() time.Time
 	nodeAuth     *nodeAuth
-	// latencyRefresh: latency.go.
-	latencyRefresh time.Duration
 	// forgottenWindow: gates.go.
 	forgottenWindow time.Duration
 	// writerMemory: rollout.go.
 	writerMemory time.Duration
-	bypassGrace  time.Duration // 0: twice the lease
-	bypassWatch  time.Duration
 	// replica and takeover: leader.go.
-	replica    string
-	takeover   time.Duration
-	bypassPoll time.Duration
-	registry   prometheus.Registerer
+	replica  string
+	takeover time.Duration
+	registry prometheus.Registerer
+	// shadow configures the shadow job (shadowhost.go).
+	shadow []shadow.Opt
 
 	// txns and txnWindow: transactions.go.
 	txns      Transactions
@@ -135,6 +133,10 @@ func Clock(now func() time.Time) Opt { return optFunc(func(c *config) { c.now = 
 // Logger sets the logger (default slog.Default()).
 func Logger(l *slog.Logger) Opt { return optFunc(func(c *config) { c.log = l }) }
 
+// Registry sets where the control plane's metrics register (default: a
+// private registry).
+func Registry(r prometheus.Registerer) Opt { return optFunc(func(c *config) { c.registry = r }) }
+
 // ControlPlane runs the state machine, leases and cutovers. Create it with
 // New; Register it on a gRPC server (ADS and the Lease service), serve
 // its HTTP API (package httpapi), and Run it.
@@ -164,13 +166,6 @@ type ControlPlane struct {
 	// restored in the background (guardLoop); wakeGuards wakes it.
 	guards     map[string]*guardRestore
 	wakeGuards chan struct{}
-	// latency is each topic's destination latency as last pushed (latency.go).
-	latency map[string]pushedLatency
-	// proxySpans numbers each unbroken span a topic spends in PROXY or
-	// MIGRATING (bypass.go): a topic that left and came back between two
-	// ticks of the bypass loop is a new span, watched from its new start.
-	proxySpans map[string]uint64
-	spanSeq    uint64
 	// guardMu serializes calls into the write guard: a Protect of the
 	// guard loop never runs once the cutover's Lift began (it re-checks
 	// the topic's state under guardMu first).
@@ -179,8 +174,6 @@ type ControlPlane struct {
 	// the source's end offsets, the channel (buffer 1) that noteProgress
 	// signals at each advance (driver.go).
 	catchUp sync.Map
-	// findings are the agents' open findings (findings.go).
-	findings findingSet
 
 	// recorded is, per agent, the etcd revision of the last record a
 	// follower made that was merged (replicas.go).
@@ -190,9 +183,10 @@ type ControlPlane struct {
 	watchedRev int64
 	syncWaits  atomic.Int64
 
-	byp           *bypass      // bypass detection (bypass.go)
-	rollout       rolloutState // writers per topic and waves run (rollout.go)
-	bypassMetrics *bypassMetrics
+	// shadow is the PROXY phase's watch: bypass detection, agents'
+	// findings, destination latency profiles (shadowhost.go).
+	shadow  *shadow.Job
+	rollout rolloutState // writers per topic and waves run (rollout.go)
 	// cutoverMetrics are the cutovers' histograms (metrics.go).
 	cutoverMetrics cutoverMetrics
 }
@@ -209,10 +203,8 @@ type run struct {
 func newConfig(opts []Opt) config {
 	cfg := config{guard: NoGuard{}, fence: NoFence{}, lease: migration.DefaultLease, forward: migration.DefaultForwardDeadline,
 		timeout: DefaultCutoverTimeout, poll: DefaultPollInterval, guardResync: DefaultGuardResync, log: slog.Default(), now: time.Now,
-		latencyRefresh: DefaultLatencyRefresh,
-		bypassWatch:    DefaultBypassWatch, bypassPoll: DefaultBypassPoll, forgottenWindow: DefaultForgottenProducerWindow,
-		writerMemory: DefaultRolloutWriterMemory,
-		txnWindow:    DefaultTransactionalProducerWindow}
+		forgottenWindow: DefaultForgottenProducerWindow, writerMemory: DefaultRolloutWriterMemory,
+		txnWindow: DefaultTransactionalProducerWindow}
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
@@ -242,19 +234,9 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 		return nil, fmt.Errorf("%w: forgotten producer window %v is negative (0 turns the gate off)", ErrBadConfig, cfg.forgottenWindow)
 	case cfg.txnWindow < 0:
 		return nil, fmt.Errorf("%w: transactional producer window %v is negative (0 turns the gate off)", ErrBadConfig, cfg.txnWindow)
-	case cfg.latencyRefresh <= 0:
-		return nil, fmt.Errorf("%w: latency refresh %v must be positive", ErrBadConfig, cfg.latencyRefresh)
-	case cfg.bypassWatch < 0:
-		return nil, fmt.Errorf("%w: bypass watch %v is negative (0 turns it off)", ErrBadConfig, cfg.bypassWatch)
-	case cfg.bypassGrace < 0 || cfg.bypassPoll <= 0:
-		return nil, fmt.Errorf("%w: bypass grace %v must not be negative, bypass poll %v must be positive", ErrBadConfig, cfg.bypassGrace, cfg.bypassPoll)
 	}
 	if cfg.registry == nil {
 		cfg.registry = prometheus.NewRegistry()
-	}
-	bm, err := newBypassMetrics(cfg.registry)
-	if err != nil {
-		return nil, err
 	}
 	cm, err := newCutoverMetrics(cfg.registry)
 	if err != nil {
@@ -266,14 +248,11 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 	cp := &ControlPlane{cfg: cfg, log: cfg.log.With("component", "controlplane"), now: cfg.now, store: cfg.store,
 		topics: map[string]*Topic{}, agents: map[string]*Agent{}, dirty: map[string]bool{},
 		runs: map[string]*run{}, changed: make(chan struct{}),
-		guards: map[string]*guardRestore{}, wakeGuards: make(chan struct{}, 1), latency: map[string]pushedLatency{}, proxySpans: map[string]uint64{},
-		recorded: map[string]int64{}, byp: newBypass(), bypassMetrics: bm, cutoverMetrics: cm}
+		guards: map[string]*guardRestore{}, wakeGuards: make(chan struct{}, 1),
+		recorded: map[string]int64{}, cutoverMetrics: cm}
 	cp.gateChecks = cp.gates()
-	cp.findings.open, cp.findings.started = map[migration.FindingKey]*Finding{}, cp.now()
-	for _, c := range []prometheus.Collector{findingsCollector{cp}, stateCollector{cp}} {
-		if err := cfg.registry.Register(c); err != nil {
-			return nil, fmt.Errorf("%w: registry: %w", ErrBadConfig, err)
-		}
+	if err := cfg.registry.Register(stateCollector{cp}); err != nil {
+		return nil, fmt.Errorf("%w: registry: %w", ErrBadConfig, err)
 	}
 	cp.ctx, cp.cancel = context.WithCancel(context.Background())
 	version, topics, agents, err := cfg.store.Load(ctx)
@@ -282,6 +261,7 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 	}
 	cp.version = version
 	var agentsRev int64
+	var pushed map[string]shadow.Profile
 	if es := cp.replicaStore(); es != nil {
 		// The records followers made count too, and are watched from the
 		// revision read at on.
@@ -296,11 +276,14 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 		if err != nil {
 			return nil, err
 		}
-		cp.latency = st.latency
+		pushed = st.latency
 		for _, r := range recs {
 			agents = append(agents, r.Agent)
 			cp.recorded[r.Node] = r.rev
 		}
+	}
+	if cp.shadow, err = newShadow(cp, pushed); err != nil {
+		return nil, err
 	}
 	start := cp.now()
 	for _, a := range agents {
@@ -334,16 +317,12 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 	}
 	cp.wg.Add(2)
 	go func() { defer cp.wg.Done(); cp.guardLoop() }()
-	go func() { defer cp.wg.Done(); cp.bypassLoop() }()
+	go func() { defer cp.wg.Done(); cp.shadow.Run(cp.ctx) }()
 	if r, ok := cfg.repl.(SourceReader); ok {
-		r.OnSourceRead(cp.noteSourceRead)
+		r.OnSourceRead(cp.shadow.NoteSourceRead)
 	}
 	if r, ok := cfg.repl.(ProgressNotifier); ok {
 		r.OnProgress(cp.noteProgress)
-	}
-	if src, ok := cfg.repl.(LatencySource); ok {
-		cp.wg.Add(1)
-		go func() { defer cp.wg.Done(); cp.latencyLoop(src) }()
 	}
 	for _, t := range inFlight {
 		co := Cutover{Attempt: t.Attempts, Actor: ActorControlPlane}
@@ -504,7 +483,7 @@ func renderRoute(t *Topic, forward time.Duration, lat *batonv1.LatencyProfile) *
 
 // route renders t as this control plane pushes it. cp.mu is held.
 func (cp *ControlPlane) route(t *Topic) *batonv1.TopicRoute {
-	return renderRoute(t, cp.cfg.forward, latencyProfile(t, cp.latency))
+	return renderRoute(t, cp.cfg.forward, latencyProfile(t, cp.shadow.Profiles()))
 }
 
 func cmp(d, def time.Duration) time.Duration {
@@ -516,7 +495,7 @@ func cmp(d, def time.Duration) time.Duration {
 
 // renderResources is every route at version, as the leader and the
 // followers publish them alike.
-func renderResources(version uint64, topics map[string]*Topic, latency map[string]pushedLatency, forward time.Duration,
+func renderResources(version uint64, topics map[string]*Topic, latency map[string]shadow.Profile, forward time.Duration,
 	clusters ...*batonv1.Cluster) xds.Resources {
 	res := xds.Resources{Version: version, Targets: map[string]xds.Target{}, Clusters: clusters}
 	for _, n := range slices.Sorted(maps.Keys(topics)) {
@@ -529,22 +508,16 @@ func renderResources(version uint64, topics map[string]*Topic, latency map[strin
 	return res
 }
 
-// publishLocked pushes every route at the current version, and numbers
-// the topics' PROXY spans: every change of a topic's state publishes.
-// cp.mu is held.
+// publishLocked pushes every route at the current version, and tells the
+// shadow job the topics' states: every change of a topic's state
+// publishes. cp.mu is held.
 func (cp *ControlPlane) publishLocked() {
+	states := make(map[string]migration.State, len(cp.topics))
 	for name, t := range cp.topics {
-		if _, ok := cp.proxySpans[name]; !ok && bypassWatched(t.State) {
-			cp.spanSeq++
-			cp.proxySpans[name] = cp.spanSeq
-		}
+		states[name] = t.State
 	}
-	for name := range cp.proxySpans {
-		if t, ok := cp.topics[name]; !ok || !bypassWatched(t.State) {
-			delete(cp.proxySpans, name)
-		}
-	}
-	cp.cfg.xds.Update(renderResources(cp.version, cp.topics, cp.latency, cp.cfg.forward, cp.cfg.source, cp.cfg.dest))
+	cp.shadow.NoteStates(states)
+	cp.cfg.xds.Update(renderResources(cp.version, cp.topics, cp.shadow.Profiles(), cp.cfg.forward, cp.cfg.source, cp.cfg.dest))
 }
 
 // commitLocked stores t (or its removal) at the next config version and
@@ -665,7 +638,7 @@ type TopicStatus struct {
 	Diverged map[int32]string `json:"diverged,omitempty"`
 	// Findings are the topic's open findings, as agents report them
 	// (docs/design.md §12).
-	Findings []Finding `json:"findings,omitempty"`
+	Findings []shadow.Finding `json:"findings,omitempty"`
 	// DestinationLatency is the destination latency agents were last sent
 	// for latency emulation (PROXY, emulation on).
 	DestinationLatency *DestinationLatency `json:"destinationLatency,omitempty"`
@@ -677,11 +650,14 @@ func (cp *ControlPlane) Status(name string) (TopicStatus, error) {
 	if err != nil {
 		return TopicStatus{}, err
 	}
-	st := TopicStatus{Topic: t, DestinationLatency: cp.destinationLatency(name)}
+	st := TopicStatus{Topic: t}
+	if l, ok := cp.shadow.Latency(name); ok && needsLatency(&t) {
+		st.DestinationLatency = &DestinationLatency{P50: l.P50, P99: l.P99, Samples: l.Samples, MeasuredAt: l.At}
+	}
 	cp.mu.Lock()
 	st.GuardRestore = cp.guardPendingLocked(name)
 	cp.mu.Unlock()
-	st.Findings = cp.OpenFindings(name, "", 0)
+	st.Findings = cp.shadow.OpenFindings(name, "", 0)
 	if t.State != migration.Complete {
 		if st.Lag, err = cp.cfg.repl.Lag(name); err != nil {
 			st.LagError = err.Error()
@@ -898,11 +874,8 @@ func (cp *ControlPlane) Heartbeat(ctx context.Context, req *batonv1.HeartbeatReq
 		cp.dirty[a.Node] = true
 	}
 	cp.mu.Unlock()
-	cp.noteWrites(now, req, prevExpires)
 	cp.noteWriters(req, now)
-	if fs := req.GetFindings(); len(fs) > 0 {
-		cp.noteFindings(ctx, a.Node, fs, now)
-	}
+	cp.shadow.Heartbeat(ctx, now, req, prevExpires)
 	if !known {
 		// A new agent is stored before its first grant is answered, so a
 		// restarted control plane knows it may be forwarding.

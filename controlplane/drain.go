@@ -1,6 +1,8 @@
 package controlplane
 
 import (
+	"time"
+
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/controlplane/cutover"
 )
@@ -67,4 +69,12 @@ func (cp *ControlPlane) ackedAbove(topic string, ends map[int32]int64) map[int32
 		}
 	}
 	return out
+}
+
+// maxTime is the later of a and b.
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

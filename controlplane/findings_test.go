@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/controlplane/shadow"
 	"github.com/baton-kafka/baton/migration"
 )
 
@@ -81,11 +82,11 @@ func TestFindingsFromHeartbeats(t *testing.T) {
 	if len(evs) != 1 || !strings.Contains(evs[0].Reason, "User:bob") || !strings.Contains(evs[0].Reason, "add ALLOW") || evs[0].Agent != "a1" {
 		t.Fatalf("finding events = %+v, want one naming User:bob, the ACL to add and agent a1", evs)
 	}
-	fs := cp.OpenFindings("t", migration.FindingAuthMissing, time.Minute)
+	fs := cp.Shadow().OpenFindings("t", migration.FindingAuthMissing, time.Minute)
 	if len(fs) != 1 || len(fs[0].Agents) != 2 || !fs[0].LastSeen.Equal(clock()) {
 		t.Fatalf("OpenFindings = %+v, want bob's, seen now by a1 and a2", fs)
 	}
-	if got := cp.OpenFindings("t", "headroom", 0); len(got) != 0 {
+	if got := cp.Shadow().OpenFindings("t", migration.FindingHeadroom, 0); len(got) != 0 {
 		t.Fatalf("OpenFindings of another kind = %+v, want none", got)
 	}
 	st1, err := cp.Status("t")
@@ -94,26 +95,26 @@ func TestFindingsFromHeartbeats(t *testing.T) {
 	}
 	srv := httptest.NewServer(newTestAPI(t, cp, ""))
 	defer srv.Close()
-	var api []Finding
+	var api []shadow.Finding
 	findingsGetJSON(t, srv.URL+"/v1/findings?topic=t", &api)
 	if len(api) != 1 || api[0].Principal != "User:bob" {
 		t.Fatalf("GET /v1/findings = %+v", api)
 	}
-	if n := openFindingsGauge(t, reg, "auth_missing", "t"); n != 1 {
+	if n := openFindingsGauge(t, reg, string(migration.FindingAuthMissing), "t"); n != 1 {
 		t.Fatalf("baton_controlplane_open_findings{kind=auth_missing,topic=t} = %v, want 1", n)
 	}
 	// Still reported, but last seen 9 s ago: open, not within 5 s.
 	advance(10 * time.Second)
 	beat(cp, "a1", bob(clock().Add(-9*time.Second)))
-	if got := cp.OpenFindings("t", migration.FindingAuthMissing, 5*time.Second); len(got) != 0 {
+	if got := cp.Shadow().OpenFindings("t", migration.FindingAuthMissing, 5*time.Second); len(got) != 0 {
 		t.Fatalf("OpenFindings within 5 s = %+v, want none (last seen 9 s ago)", got)
 	}
-	if got := cp.OpenFindings("t", migration.FindingAuthMissing, 0); len(got) != 1 {
+	if got := cp.Shadow().OpenFindings("t", migration.FindingAuthMissing, 0); len(got) != 1 {
 		t.Fatalf("OpenFindings = %+v, want bob's (still reported)", got)
 	}
 	// No agent reports it any more: closed after three leases.
 	advance(3*lease + time.Second)
-	if got := cp.OpenFindings("t", "", 0); len(got) != 0 {
+	if got := cp.Shadow().OpenFindings("t", "", 0); len(got) != 0 {
 		t.Fatalf("OpenFindings after every agent stopped reporting = %+v, want none", got)
 	}
 	first = clock()
@@ -127,11 +128,11 @@ func TestFindingsFromHeartbeats(t *testing.T) {
 	advance(time.Second)
 	cp, _ = open()
 	defer cp.Close()
-	if got := cp.OpenFindings("t", "", 0); len(got) != 0 {
+	if got := cp.Shadow().OpenFindings("t", "", 0); len(got) != 0 {
 		t.Fatalf("findings right after a restart = %+v, want none yet", got)
 	}
 	beat(cp, "a1", bob(clock()))
-	if got := cp.OpenFindings("t", "", 0); len(got) != 1 {
+	if got := cp.Shadow().OpenFindings("t", "", 0); len(got) != 1 {
 		t.Fatalf("findings after a restart's first heartbeat = %+v, want bob's", got)
 	}
 	if evs := findingEvents(); len(evs) != 3 || !strings.Contains(evs[2].Reason, "before the control plane started") {

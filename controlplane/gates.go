@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/baton-kafka/baton/controlplane/shadow"
 	"github.com/baton-kafka/baton/migration"
 )
 
@@ -149,7 +150,7 @@ func (cp *ControlPlane) gates() []gateCheck {
 	var gs []gateCheck
 	if w := cp.cfg.forgottenWindow; w > 0 {
 		gs = append(gs, gateCheck{GateForgottenProducer, func(_ context.Context, topic string) string {
-			at, what, ok := cp.LastBypass(topic)
+			at, what, ok := cp.shadow.LastBypass(topic)
 			if !ok || cp.now().Sub(at) > w {
 				return ""
 			}
@@ -166,14 +167,14 @@ func (cp *ControlPlane) gates() []gateCheck {
 			if sh, ok := cp.shadowOf(topic); ok && !sh.Headroom {
 				return "" // switched off: agents' findings age out on their own
 			}
-			return findingsText(cp.OpenFindings(topic, migration.FindingHeadroom, 0), "open headroom warning",
+			return findingsText(cp.shadow.OpenFindings(topic, migration.FindingHeadroom, 0), "open headroom warning",
 				"raise the setting named on each producer (or resize the destination) and let the warning close")
 		}},
 		gateCheck{GateDestinationAuth, func(_ context.Context, topic string) string {
 			if sh, ok := cp.shadowOf(topic); ok && !sh.AuthCheck && !sh.AuthEnforce {
 				return "" // switched off (how false reports are silenced)
 			}
-			return findingsText(cp.OpenFindings(topic, migration.FindingAuthMissing, 0), "principal without WRITE on the destination topic",
+			return findingsText(cp.shadow.OpenFindings(topic, migration.FindingAuthMissing, 0), "principal without WRITE on the destination topic",
 				"add the ACL named on the destination, or the producer is refused after the cutover")
 		}})
 	return gs
@@ -193,7 +194,7 @@ func (cp *ControlPlane) shadowOf(topic string) (Shadow, bool) {
 
 // findingsText says why a gate refuses for open findings fs, "" if none:
 // how many, the first few in full, and what to do.
-func findingsText(fs []Finding, what, todo string) string {
+func findingsText(fs []shadow.Finding, what, todo string) string {
 	if len(fs) == 0 {
 		return ""
 	}

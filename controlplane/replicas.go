@@ -223,9 +223,6 @@ func (cp *ControlPlane) takeRecorded(ctx context.Context, rec recordedAgent) {
 		cp.log.Warn("a bad report in an agent record", "agent", rec.Node, "replica", rec.Replica, "err", err)
 		return
 	}
-	cp.noteWrites(at, req, prevExpires)
 	cp.noteWriters(req, at)
-	if fs := req.GetFindings(); len(fs) > 0 {
-		cp.noteFindings(ctx, rec.Node, fs, at)
-	}
+	cp.shadow.Heartbeat(ctx, at, req, prevExpires)
 }

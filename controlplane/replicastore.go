@@ -9,6 +9,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/metadata"
+
+	"github.com/baton-kafka/baton/controlplane/shadow"
 )
 
 // What replicas share through etcd beyond Store (docs/design.md §13.1):
@@ -30,7 +32,7 @@ type routeState struct {
 	rev     int64
 	version uint64
 	topics  map[string]*Topic
-	latency map[string]pushedLatency
+	latency map[string]shadow.Profile
 }
 
 // loadRouteState reads the routes' state at one revision.
@@ -39,7 +41,7 @@ func (s *EtcdStore) loadRouteState(ctx context.Context) (routeState, error) {
 	if err != nil {
 		return routeState{}, fmt.Errorf("controlplane: etcd: %w", err)
 	}
-	st := routeState{rev: r.Header.Revision, topics: map[string]*Topic{}, latency: map[string]pushedLatency{}}
+	st := routeState{rev: r.Header.Revision, topics: map[string]*Topic{}, latency: map[string]shadow.Profile{}}
 	for _, kv := range r.Kvs {
 		if err := st.apply(false, kv.Key, kv.Value); err != nil {
 			return routeState{}, err
@@ -79,7 +81,7 @@ func (st *routeState) apply(del bool, key, value []byte) error {
 			delete(st.latency, name)
 			return nil
 		}
-		var l pushedLatency
+		var l shadow.Profile
 		if err := json.Unmarshal(value, &l); err != nil {
 			return fmt.Errorf("controlplane: bad record %s: %w", k, err)
 		}
@@ -95,7 +97,7 @@ func (s *EtcdStore) watchRouteState(ctx context.Context, rev int64) clientv3.Wat
 
 // putLatency records the latency profiles the leader pushed (fenced on its
 // term, like every write of it).
-func (s *EtcdStore) putLatency(ctx context.Context, profiles map[string]pushedLatency) error {
+func (s *EtcdStore) putLatency(ctx context.Context, profiles map[string]shadow.Profile) error {
 	ops := make([]clientv3.Op, 0, len(profiles))
 	for name, l := range profiles {
 		b, err := json.Marshal(l)

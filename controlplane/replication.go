@@ -36,16 +36,6 @@ type Replication interface {
 	Diverged(topic string) map[int32]string
 }
 
-// LatencySource is what latency emulation needs from the replicator
-// (docs/design.md §12): the destination's produce ack latency per topic. A
-// Replication that also implements it has its measurements pushed to the
-// agents of PROXY topics with latency emulation on.
-type LatencySource interface {
-	// DestinationLatency is topic's destination produce ack latency over
-	// a recent window; false when nothing was measured in it.
-	DestinationLatency(topic string) (replicator.Latency, bool)
-}
-
 // SourceReader is a Replication that tells every data batch it reads from
 // the source, for bypass detection (docs/design.md §12).
 type SourceReader interface {

@@ -344,7 +344,7 @@ func (cp *ControlPlane) Rollout() Rollout {
 		}
 		rt.Writers = slices.Compact(slices.Sorted(slices.Values(rt.Writers)))
 		rt.Workloads = slices.Compact(slices.Sorted(slices.Values(rt.Workloads)))
-		if at, what, ok := cp.LastBypass(name); ok && (cp.cfg.forgottenWindow == 0 || now.Sub(at) <= cp.cfg.forgottenWindow) {
+		if at, what, ok := cp.shadow.LastBypass(name); ok && (cp.cfg.forgottenWindow == 0 || now.Sub(at) <= cp.cfg.forgottenWindow) {
 			rt.Bypass = &RolloutBypass{At: at, What: what}
 		}
 		out.Topics = append(out.Topics, rt)
@@ -521,7 +521,7 @@ func (cp *ControlPlane) unmetUntil(run WaveRun) []string {
 		// A bypass holds the next wave while the forgotten-producer gate
 		// would refuse the topic's cutover for it: within its window.
 		if run.Until.NoForgottenProducers && !refused {
-			if at, what, ok := cp.LastBypass(name); ok && !at.Before(run.StartedAt) &&
+			if at, what, ok := cp.shadow.LastBypass(name); ok && !at.Before(run.StartedAt) &&
 				(cp.cfg.forgottenWindow == 0 || now.Sub(at) <= cp.cfg.forgottenWindow) {
 				unmet = append(unmet, fmt.Sprintf("%s: a producer wrote its source around the agents at %s: %s",
 					name, at.Format(time.RFC3339), what))

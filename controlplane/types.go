@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/baton-kafka/baton/controlplane/cutover"
+	"github.com/baton-kafka/baton/controlplane/shadow"
 	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/replicator"
 	"github.com/baton-kafka/baton/xds"
@@ -153,18 +154,18 @@ const (
 	EventRolledBack    = "rolled_back"
 	EventRecovered     = "recovered_after_restart"
 	// EventFinding: an agent reported a finding that was not open
-	// (findings.go); its reason names the kind, the principal or client id
-	// and what to do.
-	EventFinding = "finding"
+	// (package shadow); its reason names the kind, the principal or client
+	// id and what to do.
+	EventFinding = shadow.EventFinding
 	// EventShadowChanged: a topic's shadow features were switched.
 	EventShadowChanged = "shadow_changed"
 	// EventForgottenProducer: records in the source of a PROXY topic no
 	// agent reported writing (docs/design.md §12); one per producer id and
-	// partition in DefaultBypassDedupe.
-	EventForgottenProducer = "forgotten_producer"
+	// partition in shadow.DefaultBypassDedupe.
+	EventForgottenProducer = shadow.EventForgottenProducer
 	// EventSourceWrittenAfterComplete: the source of a COMPLETE topic
 	// grew; one per growth episode.
-	EventSourceWrittenAfterComplete = "source_written_after_complete"
+	EventSourceWrittenAfterComplete = shadow.EventSourceWrittenAfterComplete
 )
 
 // Event is one audit log entry.
@@ -186,7 +187,7 @@ type Event struct {
 	// completed), is how long the step took, in nanoseconds on the wire.
 	Took time.Duration `json:"tookNanos,omitempty"`
 	// Bypass details forgotten_producer and source_written_after_complete.
-	Bypass *BypassInfo `json:"bypass,omitempty"`
+	Bypass *shadow.BypassInfo `json:"bypass,omitempty"`
 	// FenceAtCutover, on a removed event: the topic's routes had promised
 	// the source fence (design §6.1). An agent cut off keeps that route, so
 	// the topic added again soon after keeps the promise.

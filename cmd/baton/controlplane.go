@@ -27,6 +27,7 @@ import (
 	"github.com/baton-kafka/baton/controlplane/acl"
 	"github.com/baton-kafka/baton/controlplane/httpapi"
 	"github.com/baton-kafka/baton/controlplane/replication"
+	"github.com/baton-kafka/baton/controlplane/shadow"
 	"github.com/baton-kafka/baton/internal/keypair"
 	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/replicator"
@@ -114,7 +115,7 @@ func (fl *controlPlaneFlags) add(cmd *cobra.Command) {
 	f.DurationVar(&fl.lease, "lease", migration.DefaultLease, "agents' lease")
 	f.DurationVar(&fl.forward, "forward-deadline", migration.DefaultForwardDeadline, "forward deadline F (below the lease)")
 	f.DurationVar(&fl.timeout, "cutover-timeout", controlplane.DefaultCutoverTimeout, "bound of every cutover wait; gate: lag <= timeout/4")
-	f.DurationVar(&fl.bypassWatch, "bypass-watch", controlplane.DefaultBypassWatch, "how long after COMPLETE the source's end offsets are watched for writes that bypass the agents (0: off)")
+	f.DurationVar(&fl.bypassWatch, "bypass-watch", shadow.DefaultBypassWatch, "how long after COMPLETE the source's end offsets are watched for writes that bypass the agents (0: off)")
 	f.DurationVar(&fl.bypassGrace, "bypass-grace", 0, "how long a batch read from a PROXY topic's source waits for every agent that may have written it to report past it; past it the batch is unattributable, never a bypass (default: twice the lease)")
 	f.DurationVar(&fl.forgottenWindow, "gate-forgotten-producer-window", controlplane.DefaultForgottenProducerWindow,
 		"the forgotten-producer cutover gate refuses a topic written by a producer that bypassed the agents within this window (0: gate off)")

@@ -15,9 +15,9 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/shadow"
 	"github.com/baton-kafka/baton/migration"
 )
 
@@ -35,7 +35,8 @@ type API interface {
 	Workers() controlplane.Workers
 	Events(ctx context.Context, topic string, after uint64) ([]controlplane.Event, error)
 	Follow(ctx context.Context, topic string, after uint64) (<-chan controlplane.Event, error)
-	OpenFindings(topic string, kind migration.FindingKind, within time.Duration) []controlplane.Finding
+	// Shadow is the PROXY phase's watch, for the agents' open findings.
+	Shadow() *shadow.Job
 	Clusters() controlplane.ClustersView
 	SourceTopics(ctx context.Context) ([]string, error)
 	Rollout() controlplane.Rollout
@@ -107,9 +108,9 @@ func New(api API, opts ...Opt) http.Handler {
 	mux.HandleFunc("GET /v1/workers", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, s.api.Workers()) })
 	mux.HandleFunc("GET /v1/events", s.events)
 	mux.HandleFunc("GET /v1/findings", func(w http.ResponseWriter, r *http.Request) {
-		fs := s.api.OpenFindings(r.URL.Query().Get("topic"), migration.FindingKind(r.URL.Query().Get("kind")), 0)
+		fs := s.api.Shadow().OpenFindings(r.URL.Query().Get("topic"), migration.FindingKind(r.URL.Query().Get("kind")), 0)
 		if fs == nil {
-			fs = []controlplane.Finding{}
+			fs = []shadow.Finding{}
 		}
 		writeJSON(w, fs)
 	})

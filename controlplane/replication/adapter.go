@@ -17,7 +17,7 @@ type ReplicatorAdapter struct {
 	Source *kadm.Client
 }
 
-// DestinationLatency implements controlplane.LatencySource.
+// DestinationLatency implements shadow.LatencySource.
 func (a *ReplicatorAdapter) DestinationLatency(topic string) (replicator.Latency, bool) {
 	return a.R.DestinationLatency(topic)
 }

@@ -5,16 +5,18 @@ import (
 
 	"github.com/baton-kafka/baton/controlplane"
 	"github.com/baton-kafka/baton/controlplane/replication"
+	"github.com/baton-kafka/baton/controlplane/shadow"
 )
 
-// The control plane declares what it drives; both drivers must be it.
+// The control plane (and its shadow job) declare what they drive; both
+// drivers must be it.
 var (
 	_ controlplane.Replication       = (*replication.ReplicatorAdapter)(nil)
-	_ controlplane.LatencySource     = (*replication.ReplicatorAdapter)(nil)
+	_ shadow.LatencySource           = (*replication.ReplicatorAdapter)(nil)
 	_ controlplane.SourceReader      = (*replication.ReplicatorAdapter)(nil)
 	_ controlplane.SourceTopicLister = (*replication.ReplicatorAdapter)(nil)
 	_ controlplane.Replication       = (*replication.WorkerPool)(nil)
-	_ controlplane.LatencySource     = (*replication.WorkerPool)(nil)
+	_ shadow.LatencySource           = (*replication.WorkerPool)(nil)
 	_ controlplane.SourceTopicLister = (*replication.WorkerPool)(nil)
 	_ controlplane.WorkerLister      = (*replication.WorkerPool)(nil)
 	_ controlplane.ProgressNotifier  = (*replication.WorkerPool)(nil)

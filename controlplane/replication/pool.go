@@ -329,7 +329,7 @@ func (p *WorkerPool) SourceTopics(ctx context.Context) ([]string, error) {
 	return listTopics(ctx, p.source)
 }
 
-// DestinationLatency implements controlplane.LatencySource from the
+// DestinationLatency implements shadow.LatencySource from the
 // workers' reports: several workers copying one topic each measure their
 // own partitions, so the p50 is their p50s weighted by samples and the p99
 // the largest p99 (an upper bound, which emulation errs towards).

@@ -161,12 +161,12 @@ func TestAuthCheckRealKafka(t *testing.T) {
 					t.Fatalf("%s to %s in PROXY with the check on (not enforced): %v", c.name, topic, err)
 				}
 			}
-			if len(cp.OpenFindings(topic, migration.FindingAuthMissing, 0)) == 0 {
+			if len(cp.Shadow().OpenFindings(topic, migration.FindingAuthMissing, 0)) == 0 {
 				return "none yet"
 			}
 			return ""
 		})
-		fs := cp.OpenFindings(topic, migration.FindingAuthMissing, time.Minute)
+		fs := cp.Shadow().OpenFindings(topic, migration.FindingAuthMissing, time.Minute)
 		if len(fs) != 1 || fs[0].Principal != "User:other" || fs[0].Agents[node].IsZero() ||
 			!strings.Contains(fs[0].Detail, "--allow-principal User:other --operation Write --topic "+topic) {
 			t.Fatalf("open findings %+v, want one: User:other's, from %s, naming the ACL to add", fs, node)
@@ -212,7 +212,7 @@ func TestAuthCheckRealKafka(t *testing.T) {
 			t.Fatalf("S.%s holds %v: want app's record and not other's", enforced, keys)
 		}
 		wait.For(t, time.Minute, "the control plane to hold other's finding on "+enforced, func() string {
-			fs := cp.OpenFindings(enforced, migration.FindingAuthMissing, 0)
+			fs := cp.Shadow().OpenFindings(enforced, migration.FindingAuthMissing, 0)
 			if len(fs) != 1 || fs[0].Principal != "User:other" {
 				return fmt.Sprintf("findings %+v", fs)
 			}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/baton-kafka/baton/agent"
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/shadow"
 	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/migration"
 )
@@ -76,9 +77,9 @@ func TestHeadroom(t *testing.T) {
 	go produce(tuned, "tuned-app", 100*time.Millisecond) // 10 KiB/s: a few requests in flight at destDelay
 	defer func() { stop(); wg.Wait() }()
 
-	headroomOf := func(client string) []controlplane.Finding {
-		var out []controlplane.Finding
-		for _, f := range e.cp.OpenFindings(topic, migration.FindingHeadroom, 0) {
+	headroomOf := func(client string) []shadow.Finding {
+		var out []shadow.Finding
+		for _, f := range e.cp.Shadow().OpenFindings(topic, migration.FindingHeadroom, 0) {
 			if f.ClientID == client {
 				out = append(out, f)
 			}

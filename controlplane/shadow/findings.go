@@ -1,4 +1,4 @@
-package controlplane
+package shadow
 
 import (
 	"context"
@@ -51,11 +51,12 @@ const maxOpenFindings = 1024
 // that carried it: an agent sends its open findings with every heartbeat
 // (every lease/3), so three leases cover missed heartbeats, and a finding
 // the agents resolved or aged out closes soon after.
-func (cp *ControlPlane) findingTTL() time.Duration { return 3 * cp.cfg.lease }
+func (j *Job) findingTTL() time.Duration { return 3 * j.lease }
 
 // findingSet is the control plane's open findings, by
 // migration.FindingKey: one event is recorded per key when it opens. Its
-// lock is its own: heartbeats update it outside cp.mu.
+// lock is its own: heartbeats update it outside any lock of the control
+// plane's.
 type findingSet struct {
 	mu      sync.Mutex
 	open    map[migration.FindingKey]*Finding
@@ -65,14 +66,14 @@ type findingSet struct {
 
 // noteFindings merges what node reported, recording an event for each
 // finding that opens. now is the heartbeat's arrival.
-func (cp *ControlPlane) noteFindings(ctx context.Context, node string, fs []*batonv1.Finding, now time.Time) {
+func (j *Job) noteFindings(ctx context.Context, node string, fs []*batonv1.Finding, now time.Time) {
 	if len(fs) > xds.MaxFindings {
 		fs = fs[:xds.MaxFindings]
 	}
 	var opened []Finding
-	set := &cp.findings
+	set := &j.findings
 	set.mu.Lock()
-	cp.pruneFindingsLocked(now)
+	j.pruneFindingsLocked(now)
 	for _, f := range fs {
 		if f.GetKind() == "" || f.GetTopic() == "" {
 			continue
@@ -90,7 +91,7 @@ func (cp *ControlPlane) noteFindings(ctx context.Context, node string, fs []*bat
 			if len(set.open) >= maxOpenFindings {
 				if !set.warned {
 					set.warned = true
-					cp.log.Warn("too many open findings: new ones are dropped until some close; act on the open ones (baton status TOPIC)",
+					j.log.Warn("too many open findings: new ones are dropped until some close; act on the open ones (baton status TOPIC)",
 						"max", maxOpenFindings)
 				}
 				continue
@@ -120,38 +121,38 @@ func (cp *ControlPlane) noteFindings(ctx context.Context, node string, fs []*bat
 		if f.FirstSeen.Before(started) {
 			reason += " (open since before the control plane started)"
 		}
-		cp.event(ctx, Event{Topic: f.Topic, Kind: EventFinding, Actor: ActorControlPlane, Agent: node, Reason: reason})
+		j.rec.Record(ctx, Event{Topic: f.Topic, Kind: EventFinding, Agent: node, Reason: reason})
 	}
 }
 
 // pruneFindingsLocked forgets what each agent stopped reporting findingTTL
 // ago, and the findings no agent reports any more.
-func (cp *ControlPlane) pruneFindingsLocked(now time.Time) {
-	ttl := cp.findingTTL()
-	for k, f := range cp.findings.open {
+func (j *Job) pruneFindingsLocked(now time.Time) {
+	ttl := j.findingTTL()
+	for k, f := range j.findings.open {
 		for n, at := range f.Agents {
 			if now.Sub(at) > ttl {
 				delete(f.Agents, n)
 			}
 		}
 		if len(f.Agents) == 0 {
-			delete(cp.findings.open, k)
+			delete(j.findings.open, k)
 		}
 	}
-	if len(cp.findings.open) < maxOpenFindings {
-		cp.findings.warned = false
+	if len(j.findings.open) < maxOpenFindings {
+		j.findings.warned = false
 	}
 }
 
 // OpenFindings returns topic's open findings of kind ("" for every kind)
 // that an agent saw within the last within (0: any open one), sorted by
 // kind, then principal or client id: what a cutover gate asks.
-func (cp *ControlPlane) OpenFindings(topic string, kind migration.FindingKind, within time.Duration) []Finding {
-	now := cp.now()
-	set := &cp.findings
+func (j *Job) OpenFindings(topic string, kind migration.FindingKind, within time.Duration) []Finding {
+	now := j.now()
+	set := &j.findings
 	set.mu.Lock()
 	defer set.mu.Unlock()
-	cp.pruneFindingsLocked(now)
+	j.pruneFindingsLocked(now)
 	var out []Finding
 	for k, f := range set.open {
 		if (topic != "" && k.Topic != topic) || (kind != "" && k.Kind != kind) {
@@ -176,7 +177,7 @@ var openFindingsDesc = prometheus.NewDesc("baton_controlplane_open_findings",
 	"Open findings agents report (docs/design.md §12), by kind and topic.", []string{"kind", "topic"}, nil)
 
 // findingsCollector exports the open findings at each scrape.
-type findingsCollector struct{ cp *ControlPlane }
+type findingsCollector struct{ j *Job }
 
 var _ prometheus.Collector = findingsCollector{}
 
@@ -184,7 +185,7 @@ func (c findingsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- openFind
 
 func (c findingsCollector) Collect(ch chan<- prometheus.Metric) {
 	n := map[[2]string]int{}
-	for _, f := range c.cp.OpenFindings("", "", 0) {
+	for _, f := range c.j.OpenFindings("", "", 0) {
 		n[[2]string{string(f.Kind), f.Topic}]++
 	}
 	for k, v := range n {

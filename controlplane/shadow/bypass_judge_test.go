@@ -1,37 +1,29 @@
-package controlplane
+package shadow
 
 import (
-	"context"
-	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/replicator"
 )
 
-// judgingPlane is a hand-built control plane watching topic "t" partition 0
-// from offset 0, with the default lease and F.
-func judgingPlane(t *testing.T, began time.Time) *ControlPlane {
+// judgingJob is a job watching topic "t" partition 0 from offset 0, with
+// the default lease and F; f's leases are the agents'.
+func judgingJob(t *testing.T, f *fakes, began time.Time) *Job {
 	t.Helper()
-	m, err := newBypassMetrics(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cp := &ControlPlane{cfg: config{lease: 5 * time.Second, forward: 2 * time.Second}, byp: newBypass(), bypassMetrics: m,
-		store: NewMemStore(), log: slog.New(slog.DiscardHandler), now: time.Now, ctx: context.Background(), agents: map[string]*Agent{}}
+	j := newTestJob(t, f, 0)
 	w := &proxyWatch{parts: map[int32]*attribution{}, ready: true, began: began}
 	a := w.part(0)
 	a.start = 0
-	cp.byp.proxy["t"] = w
-	return cp
+	j.byp.proxy["t"] = w
+	return j
 }
 
-func bypassed(cp *ControlPlane) (string, bool) {
-	l, ok := cp.byp.last["t"]
+func bypassed(j *Job) (string, bool) {
+	l, ok := j.byp.last["t"]
 	return l.what, ok
 }
 
@@ -42,8 +34,8 @@ func bypassed(cp *ControlPlane) (string, bool) {
 func TestClockStepKeepsUnknownSpansCovered(t *testing.T) {
 	t.Parallel()
 	t0 := time.Unix(10_000, 0) // control plane's clock
-	cp := judgingPlane(t, t0)
-	cp.agents["pod"] = &Agent{Node: "pod", ExpiresAt: t0.Add(time.Hour)}
+	f := &fakes{leases: []Lease{{Node: "pod", ExpiresAt: t0.Add(time.Hour)}}}
+	j := judgingJob(t, f, t0)
 	const ow = 5 * time.Millisecond
 	skew := 30 * time.Second // agent clock = cp clock - skew
 	ag := func(cpT time.Time) *timestamppb.Timestamp { return timestamppb.New(cpT.Add(-skew)) }
@@ -54,7 +46,7 @@ func TestClockStepKeepsUnknownSpansCovered(t *testing.T) {
 		if !srv.IsZero() {
 			req.LastServerTime, req.LastAnsweredAt = timestamppb.New(srv), got
 		}
-		cp.noteWrites(cpSent.Add(ow), req, time.Time{})
+		j.noteWrites(cpSent.Add(ow), req, time.Time{})
 		srv, got = cpSent.Add(ow), ag(cpSent.Add(2*ow))
 	}
 	at := t0
@@ -72,16 +64,16 @@ func TestClockStepKeepsUnknownSpansCovered(t *testing.T) {
 	W := at.Add(-time.Second)
 	hb(at, []*batonv1.TopicDrain{{Topic: "t", Writes: []*batonv1.PartitionWrites{{Partition: 0,
 		UnknownFrom: ag(W), UnknownUntil: ag(W)}}}})
-	t.Logf("unknown spans on the control plane: %v (the write was at %v)", cp.byp.proxy["t"].parts[0].unknown, W)
+	t.Logf("unknown spans on the control plane: %v (the write was at %v)", j.byp.proxy["t"].parts[0].unknown, W)
 	// S appended it at W+10ms; the replicator saw it at W+250ms.
-	cp.noteSourceRead(replicator.SourceRead{Topic: "t", Partition: 0, BaseOffset: 0, End: 1, ProducerID: -1,
+	j.NoteSourceRead(replicator.SourceRead{Topic: "t", Partition: 0, BaseOffset: 0, End: 1, ProducerID: -1,
 		After: W, Seen: W.Add(250 * time.Millisecond)})
 	for range 5 {
 		at = at.Add(1700 * time.Millisecond)
 		hb(at, nil)
 	}
-	cp.judge(at)
-	if what, ok := bypassed(cp); ok {
+	j.judge(at, nil)
+	if what, ok := bypassed(j); ok {
 		t.Errorf("the agent's own acks=0 write reported as a forgotten producer: %s", what)
 	}
 }
@@ -92,7 +84,8 @@ func TestClockStepKeepsUnknownSpansCovered(t *testing.T) {
 func TestReplacedWriterOutlivesALaggingCopy(t *testing.T) {
 	t.Parallel()
 	t0 := time.Unix(10_000, 0)
-	cp := judgingPlane(t, t0)
+	f := &fakes{}
+	j := judgingJob(t, f, t0)
 	const ow = 5 * time.Millisecond
 	var srv time.Time
 	var got *timestamppb.Timestamp
@@ -101,7 +94,7 @@ func TestReplacedWriterOutlivesALaggingCopy(t *testing.T) {
 		if !srv.IsZero() {
 			req.LastServerTime, req.LastAnsweredAt = timestamppb.New(srv), timestamppb.New(sent.Add(-time.Second))
 		}
-		cp.noteWrites(sent.Add(ow), req, prev)
+		j.noteWrites(sent.Add(ow), req, prev)
 		srv, got = sent.Add(ow), timestamppb.New(sent.Add(2*ow))
 		_ = got
 	}
@@ -115,13 +108,13 @@ func TestReplacedWriterOutlivesALaggingCopy(t *testing.T) {
 	now := t0.Add(15 * time.Minute)
 	hb(2, now.Add(-3*time.Second), now.Add(-3*time.Second).Add(5*time.Second))
 	hb(2, now.Add(-time.Second), now.Add(2*time.Second))
-	cp.agents["pod"] = &Agent{Node: "pod", ExpiresAt: now.Add(4 * time.Second)}
+	f.leases = []Lease{{Node: "pod", ExpiresAt: now.Add(4 * time.Second)}}
 	// The replicator, 15 min behind, reads process 1's write now; its lag
 	// samples say it was appended between t0+1.4s and t0+1.6s.
-	cp.noteSourceRead(replicator.SourceRead{Topic: "t", Partition: 0, BaseOffset: 0, End: 5, ProducerID: 42,
+	j.NoteSourceRead(replicator.SourceRead{Topic: "t", Partition: 0, BaseOffset: 0, End: 5, ProducerID: 42,
 		After: t0.Add(1400 * time.Millisecond), Seen: t0.Add(1600 * time.Millisecond), At: now})
-	cp.judge(now)
-	if what, ok := bypassed(cp); ok {
+	j.judge(now, nil)
+	if what, ok := bypassed(j); ok {
 		t.Errorf("a killed process's unreported write judged a forgotten producer: %s", what)
 	}
 }

@@ -1,11 +1,10 @@
-package controlplane
+package shadow
 
 import (
 	"context"
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -55,26 +54,6 @@ const (
 	maxReplaced  = 1024
 )
 
-// BypassGrace sets how long a batch the replicator read from a PROXY
-// topic's source waits for every agent that may have written it to report
-// past it (default: twice the lease, 10 s). An agent reports with every
-// heartbeat (every lease/3), so one that is answered reports within
-// lease/3 + F; past the grace the batch is unattributable rather than a
-// guess.
-func BypassGrace(d time.Duration) Opt { return optFunc(func(c *config) { c.bypassGrace = d }) }
-
-// BypassWatch sets how long after COMPLETE S.T's end offsets are watched
-// for writes (default 24 h; 0: off).
-func BypassWatch(d time.Duration) Opt { return optFunc(func(c *config) { c.bypassWatch = d }) }
-
-// BypassPoll sets how often S.T's end offsets are read while watched after
-// COMPLETE (default 5 s).
-func BypassPoll(d time.Duration) Opt { return optFunc(func(c *config) { c.bypassPoll = d }) }
-
-// Registry sets where the control plane's metrics register (default: a
-// private registry).
-func Registry(r prometheus.Registerer) Opt { return optFunc(func(c *config) { c.registry = r }) }
-
 // BypassInfo details a forgotten_producer or source_written_after_complete
 // event.
 type BypassInfo struct {
@@ -107,7 +86,7 @@ func newBypassMetrics(reg prometheus.Registerer) (*bypassMetrics, error) {
 	return m, nil
 }
 
-// bypass is the detection's state; its own lock, never held with cp.mu.
+// bypass is the detection's state, under its own lock.
 type bypass struct {
 	mu       sync.Mutex
 	proxy    map[string]*proxyWatch
@@ -147,7 +126,7 @@ type proxyWatch struct {
 	// began is before the start offsets were read: what is judged was
 	// appended after it.
 	began time.Time
-	// span is the topic's PROXY span watched (ControlPlane.proxySpans).
+	// span is the topic's PROXY span watched (Job.spans).
 	span uint64
 }
 
@@ -197,17 +176,50 @@ func (w *proxyWatch) part(p int32) *attribution {
 // source while it was PROXY: when it was judged, and what (partition,
 // offset, producer id). For the cutover gate. It is kept in memory: a
 // restarted control plane starts with none (the event log keeps them).
-func (cp *ControlPlane) LastBypass(topic string) (when time.Time, what string, ok bool) {
-	cp.byp.mu.Lock()
-	defer cp.byp.mu.Unlock()
-	l, ok := cp.byp.last[topic]
+func (j *Job) LastBypass(topic string) (when time.Time, what string, ok bool) {
+	j.byp.mu.Lock()
+	defer j.byp.mu.Unlock()
+	l, ok := j.byp.last[topic]
 	return l.at, l.what, ok
 }
 
-// noteSourceRead is the replicator's OnSourceRead: queue the batch to be
-// judged once the grace passed.
-func (cp *ControlPlane) noteSourceRead(r replicator.SourceRead) {
-	b := cp.byp
+// WatchState is where bypass detection of one topic is.
+type WatchState struct {
+	// Watching: its PROXY (or MIGRATING) span is watched from the
+	// source's end offsets then (only what was appended later is judged).
+	Watching bool
+	// Judged is, per partition watched, the first offset not judged yet;
+	// Pending the runs of batches read that wait to be judged.
+	Judged  map[int32]int64
+	Pending int
+	// AfterComplete: the topic is COMPLETE and its source's end offsets
+	// were read at least once since (growth from them is raised).
+	AfterComplete bool
+}
+
+// WatchState says where bypass detection of topic is.
+func (j *Job) WatchState(topic string) WatchState {
+	b := j.byp
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var st WatchState
+	if w := b.proxy[topic]; w != nil && w.ready {
+		st.Watching, st.Judged = true, map[int32]int64{}
+		for p, a := range w.parts {
+			st.Judged[p] = a.judged
+			st.Pending += len(a.pending)
+		}
+	}
+	if w := b.complete[topic]; w != nil && w.ends != nil {
+		st.AfterComplete = true
+	}
+	return st
+}
+
+// NoteSourceRead is the replicator's OnSourceRead: it queues the batch to
+// be judged once the grace passed.
+func (j *Job) NoteSourceRead(r replicator.SourceRead) {
+	b := j.byp
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	w := b.proxy[r.Topic]
@@ -230,7 +242,7 @@ func (cp *ControlPlane) noteSourceRead(r replicator.SourceRead) {
 		drop := a.pending[0]
 		a.pending = a.pending[1:]
 		a.judged = max(a.judged, drop.end)
-		cp.bypassMetrics.unknown.WithLabelValues(r.Topic).Add(float64(drop.end - drop.start))
+		j.metrics.unknown.WithLabelValues(r.Topic).Add(float64(drop.end - drop.start))
 	}
 	// Reports are awaited from when the batch was known to be in S (an
 	// agent was answered about then), not from when the copy got to it.
@@ -243,9 +255,9 @@ func (cp *ControlPlane) noteSourceRead(r replicator.SourceRead) {
 // widened by F on both sides (an acks=0 write is appended up to F after it
 // was sent); and how far its reports now reach. prevExpires is the
 // agent's lease expiry before this heartbeat.
-func (cp *ControlPlane) noteWrites(now time.Time, req *batonv1.HeartbeatRequest, prevExpires time.Time) {
-	f := cp.cfg.forward
-	b := cp.byp
+func (j *Job) noteWrites(now time.Time, req *batonv1.HeartbeatRequest, prevExpires time.Time) {
+	f := j.forward
+	b := j.byp
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	ar := b.reports[req.GetNodeId()]
@@ -289,7 +301,7 @@ func (cp *ControlPlane) noteWrites(now time.Time, req *batonv1.HeartbeatRequest,
 		hi = 0
 	}
 	if !ar.offLowKnown {
-		lo = hi - cp.cfg.lease
+		lo = hi - j.lease
 	}
 	for _, d := range req.GetTopics() {
 		w := b.proxy[d.GetTopic()]
@@ -305,7 +317,7 @@ func (cp *ControlPlane) noteWrites(now time.Time, req *batonv1.HeartbeatRequest,
 			}
 			if a.acked.Len() > maxAckedRanges {
 				a.acked.DropLowest(maxAckedRanges)
-				a.addUnknown(timeSpan{now.Add(-cp.bypassGrace() - f), now.Add(f)})
+				a.addUnknown(timeSpan{now.Add(-j.bypassGrace() - f), now.Add(f)})
 			}
 			if pw.GetUnknownFrom() != nil {
 				a.addUnknown(timeSpan{pw.GetUnknownFrom().AsTime().Add(lo - f), pw.GetUnknownUntil().AsTime().Add(hi + f)})
@@ -341,29 +353,33 @@ func (a *attribution) incomplete(after, at time.Time) bool {
 	return false
 }
 
-func (cp *ControlPlane) bypassGrace() time.Duration {
-	if cp.cfg.bypassGrace > 0 {
-		return cp.cfg.bypassGrace
+// Grace is how long a batch read from a PROXY topic's source waits for its
+// writers' reports (BypassGrace).
+func (j *Job) Grace() time.Duration { return j.bypassGrace() }
+
+func (j *Job) bypassGrace() time.Duration {
+	if j.cfg.grace > 0 {
+		return j.cfg.grace
 	}
-	return 2 * cp.cfg.lease
+	return 2 * j.lease
 }
 
 // bypassLoop keeps the watches in step with the topics' states, judges
 // what the grace let through, and polls COMPLETE topics' source ends.
-func (cp *ControlPlane) bypassLoop() {
-	tick := min(cp.bypassGrace()/8, 250*time.Millisecond)
+func (j *Job) bypassLoop() {
+	tick := min(j.bypassGrace()/8, 250*time.Millisecond)
 	t := time.NewTicker(tick)
 	defer t.Stop()
 	for {
 		select {
-		case <-cp.ctx.Done():
+		case <-j.ctx.Done():
 			return
 		case <-t.C:
 		}
-		topics := cp.Topics()
-		cp.syncProxyWatches(cp.proxySpansNow())
-		cp.judge(cp.now())
-		cp.pollComplete(topics)
+		topics := j.view.Topics()
+		j.syncProxyWatches(j.proxySpansNow())
+		j.judge(j.now(), topics)
+		j.pollComplete(topics)
 	}
 }
 
@@ -374,10 +390,10 @@ func bypassWatched(s migration.State) bool {
 }
 
 // proxySpansNow copies the topics' current PROXY spans.
-func (cp *ControlPlane) proxySpansNow() map[string]uint64 {
-	cp.mu.Lock()
-	defer cp.mu.Unlock()
-	return maps.Clone(cp.proxySpans)
+func (j *Job) proxySpansNow() map[string]uint64 {
+	j.spansMu.Lock()
+	defer j.spansMu.Unlock()
+	return maps.Clone(j.spans)
 }
 
 // syncProxyWatches starts a watch for every span a topic spends in PROXY
@@ -385,8 +401,8 @@ func (cp *ControlPlane) proxySpansNow() map[string]uint64 {
 // judged) and ends the watches of spans that ended. A topic that left
 // PROXY and came back since the last sync is a new span: what was written
 // to S while it was not managed is not a forgotten producer's.
-func (cp *ControlPlane) syncProxyWatches(spans map[string]uint64) {
-	b := cp.byp
+func (j *Job) syncProxyWatches(spans map[string]uint64) {
+	b := j.byp
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for name, w := range b.proxy {
@@ -400,27 +416,27 @@ func (cp *ControlPlane) syncProxyWatches(spans map[string]uint64) {
 		}
 		// Watching before reading the ends: a report of a write above
 		// them that lands meanwhile is kept.
-		w := &proxyWatch{parts: map[int32]*attribution{}, began: cp.now(), span: span}
+		w := &proxyWatch{parts: map[int32]*attribution{}, began: j.now(), span: span}
 		b.proxy[name] = w
-		cp.wg.Add(1)
+		j.wg.Add(1)
 		go func() {
-			defer cp.wg.Done()
-			cp.startProxyWatch(name, w)
+			defer j.wg.Done()
+			j.startProxyWatch(name, w)
 		}()
 	}
 }
 
-func (cp *ControlPlane) startProxyWatch(name string, w *proxyWatch) {
-	for cp.ctx.Err() == nil {
-		b := cp.byp
+func (j *Job) startProxyWatch(name string, w *proxyWatch) {
+	for j.ctx.Err() == nil {
+		b := j.byp
 		b.mu.Lock()
 		current := b.proxy[name] == w
 		b.mu.Unlock()
 		if !current {
 			return // the topic left PROXY: the watch was dropped
 		}
-		ctx, cancel := context.WithTimeout(cp.ctx, 10*time.Second)
-		ends, err := cp.cfg.repl.SourceEndOffsets(ctx, name)
+		ctx, cancel := context.WithTimeout(j.ctx, 10*time.Second)
+		ends, err := j.source.SourceEndOffsets(ctx, name)
 		cancel()
 		if err == nil {
 			b.mu.Lock()
@@ -434,275 +450,10 @@ func (cp *ControlPlane) startProxyWatch(name string, w *proxyWatch) {
 			b.mu.Unlock()
 			return
 		}
-		cp.log.Debug("bypass detection: reading the source's end offsets", "topic", name, "err", err)
+		j.log.Debug("bypass detection: reading the source's end offsets", "topic", name, "err", err)
 		select {
-		case <-cp.ctx.Done():
+		case <-j.ctx.Done():
 		case <-time.After(time.Second):
 		}
 	}
-}
-
-// writer is an agent process that may have written a batch: its newest
-// lease's expiry, how far its reports reach, and whether more may come.
-type writer struct {
-	expires, through time.Time
-	replaced         bool
-}
-
-// verdict is what is known of a batch's writers.
-type verdict int
-
-const (
-	verdictReported verdict = iota // every writer reported past it
-	verdictWait                    // a writer may still report it
-	verdictUnknown                 // a writer will never report it
-)
-
-// of judges sr (appended after after) against the writers. unleased is
-// how long after its lease's end an agent may still write the topic:
-// migration.UnleasedForward for a topic the source fences at the cutover
-// (agents forward it without a lease), else zero.
-func (sr sourceRead) of(writers []writer, after time.Time, f, unleased time.Duration) verdict {
-	v := verdictReported
-	for _, w := range writers {
-		last := w.expires.Add(unleased) // its last write sent by then
-		if last.Add(f).Before(after) {
-			continue // its writes were all appended before this batch
-		}
-		// A write sent before last is answered by last + F, and one
-		// appended by sr.last was sent before it: a report made after the
-		// earlier of the two plus F holds the write, or its unknown span.
-		if w.through.After(minTime(sr.last, last).Add(f)) {
-			continue
-		}
-		if w.replaced {
-			return verdictUnknown
-		}
-		v = verdictWait
-	}
-	return v
-}
-
-// judge decides every batch its writers have reported past, and those the
-// grace ran out on.
-func (cp *ControlPlane) judge(now time.Time) {
-	grace, f := cp.bypassGrace(), cp.cfg.forward
-	cp.mu.Lock()
-	type lease struct {
-		node    string
-		expires time.Time
-	}
-	leases := make([]lease, 0, len(cp.agents))
-	for _, a := range cp.agents {
-		leases = append(leases, lease{a.Node, a.ExpiresAt})
-	}
-	fenced := map[string]bool{}
-	for n, t := range cp.topics {
-		if t.FenceAtCutover {
-			fenced[n] = true
-		}
-	}
-	cp.mu.Unlock()
-
-	type found struct {
-		topic string
-		info  BypassInfo
-		why   string
-	}
-	var events []found
-	b := cp.byp
-	b.mu.Lock()
-	// A replaced process wrote nothing appended after its expiry + F, but
-	// the copy may read such a batch much later (a lagging replicator):
-	// it is kept for a day, at most maxReplaced of them.
-	b.replaced = slices.DeleteFunc(b.replaced, func(r replacedAgent) bool { return now.Sub(r.expires) > replacedKept })
-	if n := len(b.replaced); n > maxReplaced {
-		b.replaced = b.replaced[n-maxReplaced:]
-	}
-	writers := make([]writer, 0, len(leases)+len(b.replaced))
-	for _, l := range leases {
-		w := writer{expires: l.expires}
-		if ar := b.reports[l.node]; ar != nil {
-			w.through = ar.through
-		}
-		writers = append(writers, w)
-	}
-	for _, r := range b.replaced {
-		writers = append(writers, writer{expires: r.expires, through: r.through, replaced: true})
-	}
-	for topic, w := range b.proxy {
-		if !w.ready {
-			continue
-		}
-		for p, a := range w.parts {
-			if a.start < 0 {
-				continue // a partition added after the watch began
-			}
-			n := 0
-			for ; n < len(a.pending); n++ {
-				r := a.pending[n]
-				after := r.after
-				if after.IsZero() {
-					after = w.began
-				}
-				unleased := time.Duration(0)
-				if fenced[topic] {
-					unleased = migration.UnleasedForward
-				}
-				v := r.of(writers, after, f, unleased)
-				if v == verdictWait {
-					if now.Before(r.first.Add(grace)) {
-						break // judged in order: the next ones wait too
-					}
-					v = verdictUnknown // a writer that reports late is no evidence
-				}
-				from := max(r.start, a.judged)
-				if from >= r.end {
-					continue
-				}
-				missing := a.acked.Missing(from, r.end)
-				a.judged = r.end
-				if missing == 0 {
-					continue
-				}
-				if v == verdictUnknown || a.incomplete(r.after, r.last) {
-					cp.bypassMetrics.unknown.WithLabelValues(topic).Add(float64(missing))
-					continue
-				}
-				cp.bypassMetrics.unattributed.WithLabelValues(topic).Add(float64(missing))
-				what := fmt.Sprintf("partition %d offset %d: %d records of producer id %d that no agent wrote", p, from, missing, r.pid)
-				b.last[topic] = lastBypass{at: now, what: what}
-				if last, ok := a.evented[r.pid]; ok && now.Sub(last) < DefaultBypassDedupe {
-					continue
-				}
-				a.evented[r.pid] = now
-				events = append(events, found{topic, BypassInfo{Partition: p, Offset: from, Records: missing, ProducerID: r.pid}, what})
-			}
-			a.pending = a.pending[n:]
-			a.acked.DropBelow(a.judged)
-			// Kept as long as replaced writers: the copy may read a batch
-			// from inside a span long after it (maxUnknownSpans bounds them).
-			a.unknown = slices.DeleteFunc(a.unknown, func(u timeSpan) bool { return now.Sub(u.until) > replacedKept })
-			maps.DeleteFunc(a.evented, func(_ int64, at time.Time) bool { return now.Sub(at) >= DefaultBypassDedupe })
-		}
-	}
-	b.mu.Unlock()
-	for _, e := range events {
-		info := e.info
-		reason := e.why + ": a producer writes the source around the agents and would be forgotten at the cutover " +
-			"(nobody copies the source after it). Find it by its producer id (kafka-producers --describe, or the " +
-			"broker's request log) and point it at its Baton agent before migrating"
-		cp.log.Warn("forgotten producer: "+e.why, "topic", e.topic, "partition", info.Partition, "offset", info.Offset,
-			"producer_id", info.ProducerID, "records", info.Records,
-			"what_to_do", "find the producer by its id and point it at its Baton agent before migrating")
-		cp.event(cp.ctx, Event{Topic: e.topic, Kind: EventForgottenProducer, Actor: ActorControlPlane, Reason: reason, Bypass: &info})
-	}
-}
-
-// pollComplete reads S.T's end offsets every poll for topics COMPLETE for
-// less than the watch, and raises growth. A restarted control plane starts
-// again from the ends it reads then, until the stored COMPLETE time plus
-// the watch.
-func (cp *ControlPlane) pollComplete(topics []Topic) {
-	if cp.cfg.bypassWatch <= 0 {
-		return
-	}
-	now := cp.now()
-	b := cp.byp
-	live := map[string]bool{}
-	for _, t := range topics {
-		if t.State != migration.Complete {
-			continue
-		}
-		at := t.CompletedAt
-		if at.IsZero() {
-			at = t.UpdatedAt // completed before CompletedAt was stored
-		}
-		if now.Sub(at) >= cp.cfg.bypassWatch {
-			continue
-		}
-		live[t.Name] = true
-		b.mu.Lock()
-		w := b.complete[t.Name]
-		if w == nil {
-			w = &completeWatch{}
-			b.complete[t.Name] = w
-		}
-		due := !now.Before(w.nextPoll)
-		b.mu.Unlock()
-		if !due {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(cp.ctx, cp.cfg.bypassPoll)
-		ends, err := cp.cfg.repl.SourceEndOffsets(ctx, t.Name)
-		cancel()
-		b.mu.Lock()
-		w.nextPoll = now.Add(cp.cfg.bypassPoll)
-		if err != nil {
-			b.mu.Unlock()
-			cp.log.Debug("watching the source after COMPLETE: reading end offsets", "topic", t.Name, "err", err)
-			continue
-		}
-		if w.ends == nil {
-			w.ends = ends
-			b.mu.Unlock()
-			continue
-		}
-		grown := map[int32]int64{}
-		var total int64
-		for p, end := range ends {
-			if d := end - w.ends[p]; d > 0 {
-				grown[p] = d
-				total += d
-			}
-		}
-		w.ends = ends
-		if total == 0 {
-			if w.inEpisode && now.Sub(w.lastGrown) >= bypassEpisodeQuiet {
-				w.inEpisode = false
-			}
-			b.mu.Unlock()
-			continue
-		}
-		cp.bypassMetrics.afterComplete.WithLabelValues(t.Name).Add(float64(total))
-		w.lastGrown = now
-		first := !w.inEpisode
-		w.inEpisode = true
-		b.mu.Unlock()
-		if !first {
-			continue
-		}
-		parts := make([]string, 0, len(grown))
-		for _, p := range slices.Sorted(maps.Keys(grown)) {
-			parts = append(parts, fmt.Sprintf("%d: %d", p, grown[p]))
-		}
-		what := fmt.Sprintf("%d records written to the source after COMPLETE (partition: records %s)", total, strings.Join(parts, ", "))
-		cp.log.Warn("source written after COMPLETE: "+what, "topic", t.Name,
-			"what_to_do", "a producer still writes the source around the agents and nobody copies it: find it (the source's "+
-				"DescribeProducers for the partitions named, or the broker's request log), point it at its Baton agent, and copy "+
-				"or replay what it wrote to the destination")
-		cp.event(cp.ctx, Event{Topic: t.Name, Kind: EventSourceWrittenAfterComplete, Actor: ActorControlPlane, Reason: what,
-			Bypass: &BypassInfo{Grown: grown, Records: total}})
-	}
-	b.mu.Lock()
-	for name := range b.complete {
-		if !live[name] {
-			delete(b.complete, name)
-		}
-	}
-	b.mu.Unlock()
-}
-
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }

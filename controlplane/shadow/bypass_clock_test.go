@@ -1,4 +1,4 @@
-package controlplane
+package shadow
 
 import (
 	"testing"
@@ -17,28 +17,28 @@ import (
 func TestReportsReachBoundedByTheAgentsClock(t *testing.T) {
 	t.Parallel()
 	for _, skew := range []time.Duration{0, time.Hour, -time.Hour, 3 * time.Second} {
-		cp := &ControlPlane{cfg: config{lease: 5 * time.Second, forward: 2 * time.Second}, byp: newBypass()}
+		j := newTestJob(t, &fakes{}, 0)
 		t0 := time.Unix(10_000, 0) // the control plane's clock
 		agentAt := func(cpTime time.Time) *timestamppb.Timestamp { return timestamppb.New(cpTime.Add(-skew)) }
 		const oneWay = 5 * time.Millisecond
-		through := func() time.Time { return cp.byp.reports["pod"].through }
+		through := func() time.Time { return j.byp.reports["pod"].through }
 
 		// The first heartbeat of a process: its clock is not bounded yet.
-		cp.noteWrites(t0.Add(oneWay), &batonv1.HeartbeatRequest{NodeId: "pod", Incarnation: 7, SentAt: agentAt(t0)}, time.Time{})
+		j.noteWrites(t0.Add(oneWay), &batonv1.HeartbeatRequest{NodeId: "pod", Incarnation: 7, SentAt: agentAt(t0)}, time.Time{})
 		if !through().IsZero() {
 			t.Fatalf("skew %v: the first report reaches %v before the agent's clock is bounded", skew, through())
 		}
 		// Answered at t0+oneWay (server time), received at t0+2*oneWay.
 		srv, got := t0.Add(oneWay), agentAt(t0.Add(2*oneWay))
 		sent := t0.Add(time.Second)
-		cp.noteWrites(sent.Add(oneWay), &batonv1.HeartbeatRequest{NodeId: "pod", Incarnation: 7, SentAt: agentAt(sent),
+		j.noteWrites(sent.Add(oneWay), &batonv1.HeartbeatRequest{NodeId: "pod", Incarnation: 7, SentAt: agentAt(sent),
 			LastServerTime: timestamppb.New(srv), LastAnsweredAt: got}, time.Time{})
 		if r := through(); r.After(sent) || r.Before(sent.Add(-2*oneWay)) {
 			t.Errorf("skew %v: the report sent at %v reaches %v, want at most the send time and within a round trip", skew, sent, r)
 		}
 		// A heartbeat sent at t0+2s delivered 30 s late.
 		late := t0.Add(2 * time.Second)
-		cp.noteWrites(late.Add(30*time.Second), &batonv1.HeartbeatRequest{NodeId: "pod", Incarnation: 7, SentAt: agentAt(late),
+		j.noteWrites(late.Add(30*time.Second), &batonv1.HeartbeatRequest{NodeId: "pod", Incarnation: 7, SentAt: agentAt(late),
 			LastServerTime: timestamppb.New(srv), LastAnsweredAt: got}, time.Time{})
 		if r := through(); r.After(late) {
 			t.Errorf("skew %v: a report sent at %v and delivered 30 s late reaches %v, past its send time", skew, late, r)
@@ -46,7 +46,7 @@ func TestReportsReachBoundedByTheAgentsClock(t *testing.T) {
 		// A truncated report reaches no further.
 		before := through()
 		trunc := t0.Add(3 * time.Second)
-		cp.noteWrites(trunc.Add(oneWay), &batonv1.HeartbeatRequest{NodeId: "pod", Incarnation: 7, SentAt: agentAt(trunc),
+		j.noteWrites(trunc.Add(oneWay), &batonv1.HeartbeatRequest{NodeId: "pod", Incarnation: 7, SentAt: agentAt(trunc),
 			LastServerTime: timestamppb.New(srv), LastAnsweredAt: got,
 			Topics: []*batonv1.TopicDrain{{Topic: "t", WritesTruncated: true}}}, time.Time{})
 		if !through().Equal(before) {
@@ -54,9 +54,9 @@ func TestReportsReachBoundedByTheAgentsClock(t *testing.T) {
 		}
 		// A new process under the node id: the old one's reach is kept
 		// as a replaced writer, the new one starts unbounded.
-		cp.noteWrites(t0.Add(4*time.Second), &batonv1.HeartbeatRequest{NodeId: "pod", Incarnation: 8, SentAt: agentAt(t0.Add(4 * time.Second))}, t0.Add(6*time.Second))
-		if len(cp.byp.replaced) != 1 || !cp.byp.replaced[0].through.Equal(before) || !cp.byp.replaced[0].expires.Equal(t0.Add(6*time.Second)) {
-			t.Errorf("skew %v: replaced writers %+v, want one reaching %v, expiring %v", skew, cp.byp.replaced, before, t0.Add(6*time.Second))
+		j.noteWrites(t0.Add(4*time.Second), &batonv1.HeartbeatRequest{NodeId: "pod", Incarnation: 8, SentAt: agentAt(t0.Add(4 * time.Second))}, t0.Add(6*time.Second))
+		if len(j.byp.replaced) != 1 || !j.byp.replaced[0].through.Equal(before) || !j.byp.replaced[0].expires.Equal(t0.Add(6*time.Second)) {
+			t.Errorf("skew %v: replaced writers %+v, want one reaching %v, expiring %v", skew, j.byp.replaced, before, t0.Add(6*time.Second))
 		}
 		if !through().IsZero() {
 			t.Errorf("skew %v: the new process reaches %v before its clock is bounded", skew, through())
