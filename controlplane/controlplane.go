@@ -60,10 +60,8 @@ type config struct {
 	latencyRefresh time.Duration
 	// forgottenWindow: gates.go.
 	forgottenWindow time.Duration
-	// writerMemory: rollout.go.
-	writerMemory time.Duration
-	bypassGrace  time.Duration // 0: twice the lease
-	bypassWatch  time.Duration
+	bypassGrace     time.Duration // 0: twice the lease
+	bypassWatch     time.Duration
 	// replica and takeover: leader.go.
 	replica    string
 	takeover   time.Duration
@@ -73,6 +71,8 @@ type config struct {
 	// txns and txnWindow: transactions.go.
 	txns      Transactions
 	txnWindow time.Duration
+	// reports: reports.go.
+	reports ReportObserver
 }
 
 // WithStore sets the state store (required).
@@ -190,8 +190,7 @@ type ControlPlane struct {
 	watchedRev int64
 	syncWaits  atomic.Int64
 
-	byp           *bypass      // bypass detection (bypass.go)
-	rollout       rolloutState // writers per topic and waves run (rollout.go)
+	byp           *bypass // bypass detection (bypass.go)
 	bypassMetrics *bypassMetrics
 	// cutoverMetrics are the cutovers' histograms (metrics.go).
 	cutoverMetrics cutoverMetrics
@@ -211,8 +210,7 @@ func newConfig(opts []Opt) config {
 		timeout: DefaultCutoverTimeout, poll: DefaultPollInterval, guardResync: DefaultGuardResync, log: slog.Default(), now: time.Now,
 		latencyRefresh: DefaultLatencyRefresh,
 		bypassWatch:    DefaultBypassWatch, bypassPoll: DefaultBypassPoll, forgottenWindow: DefaultForgottenProducerWindow,
-		writerMemory: DefaultRolloutWriterMemory,
-		txnWindow:    DefaultTransactionalProducerWindow}
+		txnWindow: DefaultTransactionalProducerWindow, reports: noReports{}}
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
@@ -236,8 +234,6 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 		return nil, fmt.Errorf("%w: want 0 < forward deadline (%v) < lease (%v)", ErrBadConfig, cfg.forward, cfg.lease)
 	case cfg.timeout <= 0 || cfg.poll <= 0 || cfg.guardResync <= 0:
 		return nil, fmt.Errorf("%w: cutover timeout, poll interval and guard resync must be positive", ErrBadConfig)
-	case cfg.writerMemory < 0:
-		return nil, fmt.Errorf("%w: rollout writer memory %v is negative", ErrBadConfig, cfg.writerMemory)
 	case cfg.forgottenWindow < 0:
 		return nil, fmt.Errorf("%w: forgotten producer window %v is negative (0 turns the gate off)", ErrBadConfig, cfg.forgottenWindow)
 	case cfg.txnWindow < 0:
@@ -899,7 +895,7 @@ func (cp *ControlPlane) Heartbeat(ctx context.Context, req *batonv1.HeartbeatReq
 	}
 	cp.mu.Unlock()
 	cp.noteWrites(now, req, prevExpires)
-	cp.noteWriters(req, now)
+	cp.cfg.reports.ObserveReport(req, now)
 	if fs := req.GetFindings(); len(fs) > 0 {
 		cp.noteFindings(ctx, a.Node, fs, now)
 	}

@@ -224,7 +224,7 @@ func (cp *ControlPlane) takeRecorded(ctx context.Context, rec recordedAgent) {
 		return
 	}
 	cp.noteWrites(at, req, prevExpires)
-	cp.noteWriters(req, at)
+	cp.cfg.reports.ObserveReport(req, at)
 	if fs := req.GetFindings(); len(fs) > 0 {
 		cp.noteFindings(ctx, rec.Node, fs, at)
 	}
