@@ -59,8 +59,6 @@ type config struct {
 	nodeAuth     *nodeAuth
 	// forgottenWindow: gates.go.
 	forgottenWindow time.Duration
-	// writerMemory: rollout.go.
-	writerMemory time.Duration
 	// replica and takeover: leader.go.
 	replica  string
 	takeover time.Duration
@@ -71,6 +69,8 @@ type config struct {
 	// txns and txnWindow: transactions.go.
 	txns      Transactions
 	txnWindow time.Duration
+	// reports: reports.go.
+	reports ReportObserver
 }
 
 // WithStore sets the state store (required).
@@ -185,8 +185,7 @@ type ControlPlane struct {
 
 	// shadow is the PROXY phase's watch: bypass detection, agents'
 	// findings, destination latency profiles (shadowhost.go).
-	shadow  *shadow.Job
-	rollout rolloutState // writers per topic and waves run (rollout.go)
+	shadow *shadow.Job
 	// cutoverMetrics are the cutovers' histograms (metrics.go).
 	cutoverMetrics cutoverMetrics
 }
@@ -203,8 +202,8 @@ type run struct {
 func newConfig(opts []Opt) config {
 	cfg := config{guard: NoGuard{}, fence: NoFence{}, lease: migration.DefaultLease, forward: migration.DefaultForwardDeadline,
 		timeout: DefaultCutoverTimeout, poll: DefaultPollInterval, guardResync: DefaultGuardResync, log: slog.Default(), now: time.Now,
-		forgottenWindow: DefaultForgottenProducerWindow, writerMemory: DefaultRolloutWriterMemory,
-		txnWindow: DefaultTransactionalProducerWindow}
+		forgottenWindow: DefaultForgottenProducerWindow,
+		txnWindow:       DefaultTransactionalProducerWindow, reports: noReports{}}
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
@@ -228,8 +227,6 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 		return nil, fmt.Errorf("%w: want 0 < forward deadline (%v) < lease (%v)", ErrBadConfig, cfg.forward, cfg.lease)
 	case cfg.timeout <= 0 || cfg.poll <= 0 || cfg.guardResync <= 0:
 		return nil, fmt.Errorf("%w: cutover timeout, poll interval and guard resync must be positive", ErrBadConfig)
-	case cfg.writerMemory < 0:
-		return nil, fmt.Errorf("%w: rollout writer memory %v is negative", ErrBadConfig, cfg.writerMemory)
 	case cfg.forgottenWindow < 0:
 		return nil, fmt.Errorf("%w: forgotten producer window %v is negative (0 turns the gate off)", ErrBadConfig, cfg.forgottenWindow)
 	case cfg.txnWindow < 0:
@@ -874,7 +871,7 @@ func (cp *ControlPlane) Heartbeat(ctx context.Context, req *batonv1.HeartbeatReq
 		cp.dirty[a.Node] = true
 	}
 	cp.mu.Unlock()
-	cp.noteWriters(req, now)
+	cp.cfg.reports.ObserveReport(req, now)
 	cp.shadow.Heartbeat(ctx, now, req, prevExpires)
 	if !known {
 		// A new agent is stored before its first grant is answered, so a

@@ -223,6 +223,6 @@ func (cp *ControlPlane) takeRecorded(ctx context.Context, rec recordedAgent) {
 		cp.log.Warn("a bad report in an agent record", "agent", rec.Node, "replica", rec.Replica, "err", err)
 		return
 	}
-	cp.noteWriters(req, at)
+	cp.cfg.reports.ObserveReport(req, at)
 	cp.shadow.Heartbeat(ctx, at, req, prevExpires)
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,6 +28,7 @@ import (
 	"github.com/baton-kafka/baton/controlplane/acl"
 	"github.com/baton-kafka/baton/controlplane/httpapi"
 	"github.com/baton-kafka/baton/controlplane/replication"
+	"github.com/baton-kafka/baton/controlplane/rollout"
 	"github.com/baton-kafka/baton/controlplane/shadow"
 	"github.com/baton-kafka/baton/internal/keypair"
 	"github.com/baton-kafka/baton/migration"
@@ -265,6 +267,11 @@ type leaderWiring struct {
 	xs       *xds.Server // the follower's and then the leader's, on the same gRPC connections
 	clusters controlplane.Opt
 	closers  []func() // the term's Kafka clients, closed when the process stops
+
+	// mu guards rollout: lead builds a term's rollout, and api serves
+	// it with the term's control plane (controlplane.Lifecycle).
+	mu      sync.Mutex
+	rollout termRollout
 }
 
 // close closes the Kafka clients lead opened.
@@ -322,8 +329,9 @@ func (w *leaderWiring) lead(ctx context.Context, margin time.Duration) (*control
 	if err != nil {
 		return nil, err
 	}
+	writers := &rollout.Writers{}
 	cp, err := controlplane.New(ctx, append([]controlplane.Opt{controlplane.WithStore(w.store), controlplane.Logger(w.log),
-		controlplane.WithGuard(guard), controlplane.WithSourceFence(fence),
+		controlplane.WithGuard(guard), controlplane.WithSourceFence(fence), controlplane.ObserveReports(writers),
 		controlplane.WithReplication(repl),
 		controlplane.LeaseDuration(fl.lease), controlplane.ForwardDeadline(fl.forward), controlplane.CutoverTimeout(fl.timeout),
 		controlplane.BypassWatch(fl.bypassWatch), controlplane.BypassGrace(fl.bypassGrace),
@@ -335,13 +343,33 @@ func (w *leaderWiring) lead(ctx context.Context, margin time.Duration) (*control
 	if err != nil {
 		return nil, err
 	}
+	ro, err := rollout.New(rollout.PlaneOf(cp), writers, rollout.ForgottenProducerWindow(fl.forgottenWindow))
+	if err != nil {
+		cp.Close()
+		return nil, err
+	}
+	w.mu.Lock()
+	w.rollout = termRollout{cp: cp, job: ro}
+	w.mu.Unlock()
 	return &controlplane.Term{CP: cp, Replicate: replicate}, nil
 }
 
+// termRollout is the rollout of a term's control plane.
+type termRollout struct {
+	cp  *controlplane.ControlPlane
+	job *rollout.Job
+}
+
 // api is the HTTP API of a term's control plane, with the callers the
-// flags name.
+// flags name, and its rollout: the one lead built with it.
 func (w *leaderWiring) api(cp *controlplane.ControlPlane) http.Handler {
-	return httpapi.New(cp, httpapi.Tokens(w.sec.tokens), httpapi.Identities(w.sec.ids), httpapi.Logger(w.log))
+	opts := []httpapi.Opt{httpapi.Tokens(w.sec.tokens), httpapi.Identities(w.sec.ids), httpapi.Logger(w.log)}
+	w.mu.Lock()
+	if w.rollout.cp == cp {
+		opts = append(opts, httpapi.WithRollout(w.rollout.job))
+	}
+	w.mu.Unlock()
+	return httpapi.New(cp, opts...)
 }
 
 // client returns a Kafka client of brokers (comma-separated), closed when

@@ -14,6 +14,7 @@ import (
 
 	"github.com/baton-kafka/baton/controlplane"
 	"github.com/baton-kafka/baton/controlplane/httpapi"
+	"github.com/baton-kafka/baton/controlplane/rollout"
 	"github.com/baton-kafka/baton/plan"
 )
 
@@ -99,8 +100,8 @@ restarted, name the namespaces of the waves before with --after.
 			if err != nil {
 				return err
 			}
-			req := controlplane.WaveRequest{Wave: controlplane.Wave{Name: wf.name, Namespaces: wf.namespaces,
-				Until: controlplane.WaveUntil{Complete: wf.complete, NoForgottenProducers: wf.noForgotten, Soak: wf.soak}},
+			req := rollout.WaveRequest{Wave: rollout.Wave{Name: wf.name, Namespaces: wf.namespaces,
+				Until: rollout.WaveUntil{Complete: wf.complete, NoForgottenProducers: wf.noForgotten, Soak: wf.soak}},
 				After: wf.after, Force: wf.force}
 			rw := rolloutWaves{cl: cl, out: cmd.OutOrStdout(), json: *ra.output == "json", actor: *ra.actor, timeout: wf.timeout}
 			return rw.run(cmd.Context(), req, wf.wait)
@@ -222,7 +223,7 @@ type rolloutWaves struct {
 // (by its name) while a migrate of it is refused because a topic's time
 // lag is not measured yet (a topic just added, or replication restarting
 // after another cutover), once the time lag is.
-func (rw rolloutWaves) run(ctx context.Context, req controlplane.WaveRequest, wait bool) error {
+func (rw rolloutWaves) run(ctx context.Context, req rollout.WaveRequest, wait bool) error {
 	for {
 		run, err := rw.cl.RunWave(ctx, req, rw.actor)
 		if err != nil {
@@ -267,7 +268,7 @@ func (rw rolloutWaves) run(ctx context.Context, req controlplane.WaveRequest, wa
 // unmeasured is the refused topics whose time lag was not measured: when
 // refused (its reason says so), or now. Read after the wave's cutovers
 // were followed, the status alone may already show the lag measured.
-func (rw rolloutWaves) unmeasured(ctx context.Context, refused []controlplane.WaveStay) ([]string, error) {
+func (rw rolloutWaves) unmeasured(ctx context.Context, refused []rollout.WaveStay) ([]string, error) {
 	var out []string
 	for _, r := range refused {
 		if controlplane.RefusedForUnknownLag(r.Reason) {
@@ -287,7 +288,7 @@ func (rw rolloutWaves) unmeasured(ctx context.Context, refused []controlplane.Wa
 
 // follow follows each cutover run started, one after the other (they run
 // at once on the control plane; the event log has the earlier steps).
-func (rw rolloutWaves) follow(ctx context.Context, run controlplane.WaveRun) error {
+func (rw rolloutWaves) follow(ctx context.Context, run rollout.WaveRun) error {
 	var errs []error
 	for _, t := range run.Moved {
 		if t.Cutover == nil || !slices.Contains(run.Started, t.Name) {
@@ -332,8 +333,8 @@ func (rw rolloutWaves) runPlan(ctx context.Context, p *plan.Plan) error {
 		if !rw.json {
 			fmt.Fprintf(rw.out, "== wave %s (namespaces %s), %s:%d\n", name, strings.Join(w.Namespaces, ","), p.File, w.Pos.Line)
 		}
-		req := controlplane.WaveRequest{Wave: controlplane.Wave{Name: name, Namespaces: w.Namespaces,
-			Until: controlplane.WaveUntil{Complete: w.Until.Complete, NoForgottenProducers: w.Until.NoForgottenProducers, Soak: w.Until.Soak}}}
+		req := rollout.WaveRequest{Wave: rollout.Wave{Name: name, Namespaces: w.Namespaces,
+			Until: rollout.WaveUntil{Complete: w.Until.Complete, NoForgottenProducers: w.Until.NoForgottenProducers, Soak: w.Until.Soak}}}
 		if err := rw.run(ctx, req, true); err != nil {
 			return err
 		}
@@ -418,7 +419,7 @@ func worstExit(errs []error) error {
 	return err
 }
 
-func printWave(w io.Writer, run controlplane.WaveRun) {
+func printWave(w io.Writer, run rollout.WaveRun) {
 	fmt.Fprintf(w, "wave %s (namespaces %s", run.Name, strings.Join(run.Namespaces, ","))
 	if len(run.Earlier) > 0 {
 		fmt.Fprintf(w, "; after %s", strings.Join(run.Earlier, ","))
@@ -438,7 +439,7 @@ func printWave(w io.Writer, run controlplane.WaveRun) {
 }
 
 // printRollout prints `baton rollout status`.
-func printRollout(out io.Writer, ro controlplane.Rollout) error {
+func printRollout(out io.Writer, ro rollout.Status) error {
 	fmt.Fprintf(out, "config version %d\n\n", ro.Version)
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "NAMESPACE\tAGENT\tWORKLOAD\tACKED\tLEASE\tWRITES")
@@ -517,7 +518,7 @@ func listOrDash(s []string) string {
 	return strings.Join(s, ",")
 }
 
-func untilShown(u controlplane.WaveUntil) string {
+func untilShown(u rollout.WaveUntil) string {
 	var s []string
 	if u.Complete {
 		s = append(s, "complete")

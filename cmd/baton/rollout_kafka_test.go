@@ -15,8 +15,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/baton-kafka/baton/controlplane"
 	"github.com/baton-kafka/baton/controlplane/httpapi"
+	"github.com/baton-kafka/baton/controlplane/rollout"
 	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/test/kafka"
@@ -111,7 +111,7 @@ func TestRolloutTwoNamespacesRealKafka(t *testing.T) {
 		if err != nil {
 			return err.Error()
 		}
-		var ro controlplane.Rollout
+		var ro rollout.Status
 		if err := json.Unmarshal([]byte(out), &ro); err != nil {
 			return err.Error()
 		}

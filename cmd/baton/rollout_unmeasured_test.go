@@ -10,6 +10,7 @@ import (
 
 	"github.com/baton-kafka/baton/controlplane"
 	"github.com/baton-kafka/baton/controlplane/httpapi"
+	"github.com/baton-kafka/baton/controlplane/rollout"
 )
 
 // A wave's migrate refused because the topic's time lag was not measured
@@ -24,7 +25,7 @@ func TestUnmeasuredTakesTheRefusalsReason(t *testing.T) {
 	}))
 	defer srv.Close()
 	rw := rolloutWaves{cl: &httpapi.Client{Base: srv.URL}}
-	refused := []controlplane.WaveStay{
+	refused := []rollout.WaveStay{
 		{Topic: "t-b", Reason: "controlplane: cutover gate refused: t-b: gate time-lag: time lag unknown: replication: the topic's " +
 			"copy is not ready: t-b/0 has not resumed copying yet; to start anyway: baton topic migrate t-b --force=time-lag"},
 		{Topic: "t-c", Reason: "controlplane: cutover gate refused: t-c: gate time-lag: time lag 9s is above cutover timeout/4 = 2.5s"},

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/rollout"
 	"github.com/baton-kafka/baton/migration"
 )
 
@@ -197,16 +198,16 @@ func (c *Client) SourceTopics(ctx context.Context) ([]string, error) {
 }
 
 // Rollout returns the rollout's state (GET /v1/rollout).
-func (c *Client) Rollout(ctx context.Context) (controlplane.Rollout, error) {
-	var out controlplane.Rollout
+func (c *Client) Rollout(ctx context.Context) (rollout.Status, error) {
+	var out rollout.Status
 	return out, c.do(ctx, http.MethodGet, "/v1/rollout", nil, &out)
 }
 
 // RunWave runs a wave (POST /v1/rollout/waves).
-func (c *Client) RunWave(ctx context.Context, req controlplane.WaveRequest, actor string) (controlplane.WaveRun, error) {
-	var out controlplane.WaveRun
+func (c *Client) RunWave(ctx context.Context, req rollout.WaveRequest, actor string) (rollout.WaveRun, error) {
+	var out rollout.WaveRun
 	body := struct {
-		controlplane.WaveRequest
+		rollout.WaveRequest
 		Actor string `json:"actor"`
 	}{req, actor}
 	return out, c.do(ctx, http.MethodPost, "/v1/rollout/waves", body, &out)

@@ -11,10 +11,11 @@ import (
 	"github.com/baton-kafka/baton/controlplane"
 	"github.com/baton-kafka/baton/controlplane/acl"
 	"github.com/baton-kafka/baton/controlplane/replication"
+	"github.com/baton-kafka/baton/controlplane/rollout"
 )
 
 // An error answered by the API keeps its sentinel (controlplane's, or
-// that of acl or replication below it): the answer names, besides the
+// that of acl, replication or rollout beside it): the answer names, besides the
 // message, the code of every sentinel the error wraps ({"error": "...",
 // "codes": ["gate_refused"]}), and the client's Error unwraps to those
 // sentinels, so that errors.Is(err, controlplane.ErrGateRefused) holds on
@@ -32,7 +33,7 @@ type sentinel struct {
 // sentinels are in the order an error's status is chosen by: the first
 // the error wraps gives it (500 when it wraps none of them).
 var sentinels = []sentinel{
-	{controlplane.ErrWaveRefused, "wave_refused", http.StatusConflict},
+	{rollout.ErrWaveRefused, "wave_refused", http.StatusConflict},
 	{controlplane.ErrUnknownTopic, "unknown_topic", http.StatusNotFound},
 	{controlplane.ErrIllegalTransition, "illegal_transition", http.StatusConflict},
 	{controlplane.ErrCutoverRunning, "cutover_running", http.StatusConflict},

@@ -12,6 +12,7 @@ import (
 	"github.com/baton-kafka/baton/controlplane"
 	"github.com/baton-kafka/baton/controlplane/acl"
 	"github.com/baton-kafka/baton/controlplane/replication"
+	"github.com/baton-kafka/baton/controlplane/rollout"
 	"github.com/baton-kafka/baton/migration"
 )
 
@@ -35,7 +36,7 @@ func TestSentinelsSurviveTheWire(t *testing.T) {
 		code   string
 		status int
 	}{
-		{controlplane.ErrWaveRefused, "wave_refused", http.StatusConflict},
+		{rollout.ErrWaveRefused, "wave_refused", http.StatusConflict},
 		{controlplane.ErrUnknownTopic, "unknown_topic", http.StatusNotFound},
 		{controlplane.ErrIllegalTransition, "illegal_transition", http.StatusConflict},
 		{controlplane.ErrCutoverRunning, "cutover_running", http.StatusConflict},

@@ -39,8 +39,6 @@ type API interface {
 	Shadow() *shadow.Job
 	Clusters() controlplane.ClustersView
 	SourceTopics(ctx context.Context) ([]string, error)
-	Rollout() controlplane.Rollout
-	RunWave(ctx context.Context, req controlplane.WaveRequest, actor string) (controlplane.WaveRun, error)
 	Overview() controlplane.Overview
 }
 
@@ -58,12 +56,14 @@ func (f optFunc) apply(s *server) { f(s) }
 // component=controlplane, as the control plane's own do: the API is its.
 func Logger(l *slog.Logger) Opt { return optFunc(func(s *server) { s.log = l }) }
 
-// server is the handler's state: the control plane and the credentials.
+// server is the handler's state: the control plane, its rollout and the
+// credentials.
 type server struct {
-	api    API
-	tokens []Token
-	ids    []Identity
-	log    *slog.Logger
+	api     API
+	rollout Rollout
+	tokens  []Token
+	ids     []Identity
+	log     *slog.Logger
 }
 
 // New returns the handler of the HTTP API the `baton` CLI speaks, serving
@@ -82,7 +82,7 @@ type server struct {
 //	GET    /v1/events?topic=&after=&follow=1   the audit log (NDJSON when following)
 //	GET    /v1/findings?topic=&kind=      open findings agents report
 //	GET    /v1/clusters, /v1/source-topics  for baton apply (plan.go)
-//	GET    /v1/rollout, POST /v1/rollout/waves  the rollout (rollout.go)
+//	GET    /v1/rollout, POST /v1/rollout/waves  the rollout, if WithRollout (rollout.go)
 //
 // Errors are {"error": "...", "codes": [...]} with 404 (unknown topic),
 // 409 (illegal transition, cutover running, gate refused, topic exists, a
