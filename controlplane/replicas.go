@@ -96,8 +96,7 @@ func (cp *ControlPlane) MergeRecords(ctx context.Context, lost bool, recs ...Rec
 			delete(cp.dirty, rec.Node)
 		}
 		if lost {
-			a.GrantedAt = maxTime(a.GrantedAt, at)
-			a.ExpiresAt = a.GrantedAt.Add(cp.cfg.lease)
+			a.grantedSeen(at, cp.cfg.lease)
 		}
 		changed = true
 	}
@@ -147,9 +146,15 @@ func (a *Agent) takeRecord(rec Agent, at time.Time, lease time.Duration) {
 	}
 	a.Topics = topics
 	if !rec.GrantedAt.IsZero() {
-		a.GrantedAt = maxTime(a.GrantedAt, at)
-		a.ExpiresAt = a.GrantedAt.Add(lease)
+		a.grantedSeen(at, lease)
 	}
+}
+
+// grantedSeen counts a as granted a lease when the leader saw the record
+// of it, at (never earlier than a grant counted already).
+func (a *Agent) grantedSeen(at time.Time, lease time.Duration) {
+	a.GrantedAt = maxTime(a.GrantedAt, at)
+	a.ExpiresAt = a.GrantedAt.Add(lease)
 }
 
 // FollowerConfig is what of New's options a follower (replicas.Follower)
