@@ -9,7 +9,6 @@ import (
 	"slices"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -59,9 +58,10 @@ type config struct {
 	nodeAuth     *nodeAuth
 	// forgottenWindow: gates.go.
 	forgottenWindow time.Duration
-	// replica and takeover: leader.go.
+	// replica, takeover and records: replicas.go, package replicas.
 	replica  string
 	takeover time.Duration
+	records  Records
 	registry prometheus.Registerer
 	// shadow configures the shadow job (shadowhost.go).
 	shadow []shadow.Opt
@@ -178,10 +178,6 @@ type ControlPlane struct {
 	// recorded is, per agent, the etcd revision of the last record a
 	// follower made that was merged (replicas.go).
 	recorded map[string]int64
-	// watchedRev: the watch of agent records delivered every revision up
-	// to it; syncWaits counts syncRecorded's waits for it (tests).
-	watchedRev int64
-	syncWaits  atomic.Int64
 
 	// shadow is the PROXY phase's watch: bypass detection, agents'
 	// findings, destination latency profiles (shadowhost.go).
@@ -232,6 +228,11 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 	case cfg.txnWindow < 0:
 		return nil, fmt.Errorf("%w: transactional producer window %v is negative (0 turns the gate off)", ErrBadConfig, cfg.txnWindow)
 	}
+	if _, etcd := cfg.store.(*EtcdStore); !etcd || cfg.replica == "" {
+		cfg.records = nil // no other replica writes records
+	} else if cfg.records == nil {
+		return nil, fmt.Errorf("%w: a replica on etcd needs WithRecords (replicas.NewRecords) to know the leases the others grant", ErrBadConfig)
+	}
 	if cfg.registry == nil {
 		cfg.registry = prometheus.NewRegistry()
 	}
@@ -262,21 +263,21 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 	if es := cp.replicaStore(); es != nil {
 		// The records followers made count too, and are watched from the
 		// revision read at on.
-		recs, rev, err := es.readAgents(ctx)
+		recs, rev, err := es.ReadAgents(ctx)
 		if err != nil {
 			return nil, err
 		}
-		agents, agentsRev, cp.watchedRev = agents[:0], rev, rev
+		agents, agentsRev = agents[:0], rev
 		// The profiles the last leader pushed, which the followers push:
 		// pushed the same until measured again.
-		st, err := es.loadRouteState(ctx)
+		st, err := es.LoadRouteState(ctx)
 		if err != nil {
 			return nil, err
 		}
 		pushed = st.latency
 		for _, r := range recs {
 			agents = append(agents, r.Agent)
-			cp.recorded[r.Node] = r.rev
+			cp.recorded[r.Node] = r.Rev
 		}
 	}
 	if cp.shadow, err = newShadow(cp, pushed); err != nil {
@@ -308,9 +309,9 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 	if ng, none := cfg.guard.(NoGuard); none {
 		cp.log.Warn(ng.warning())
 	}
-	if es := cp.replicaStore(); es != nil {
+	if r := cfg.records; r != nil {
 		cp.wg.Add(1)
-		go func() { defer cp.wg.Done(); cp.watchRecorded(es, agentsRev) }()
+		go func() { defer cp.wg.Done(); r.Watch(cp.ctx, cp, agentsRev) }()
 	}
 	cp.wg.Add(2)
 	go func() { defer cp.wg.Done(); cp.guardLoop() }()
@@ -854,7 +855,7 @@ func (cp *ControlPlane) Heartbeat(ctx context.Context, req *batonv1.HeartbeatReq
 	prevExpires := a.ExpiresAt
 	a.noteIncarnation(req.GetIncarnation())
 	a.Namespace, a.Workload, a.AckedVersion, a.LastHeartbeat = req.GetNamespace(), req.GetWorkload(), req.GetAckedVersion(), now
-	a.Topics, a.Replica = drainReports(req.GetTopics()), cp.cfg.replica
+	a.Topics, a.Replica = DrainReports(req.GetTopics()), cp.cfg.replica
 	resp := &batonv1.HeartbeatResponse{Lease: durationpb.New(cp.cfg.lease), RequiredVersion: cp.version,
 		ForwardDeadline: durationpb.New(cp.cfg.forward), ServerTime: timestamppb.New(now)}
 	// Never counted earlier than a grant counted at a takeover (New).

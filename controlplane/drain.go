@@ -25,12 +25,12 @@ func (a *Agent) noteIncarnation(inc uint64) {
 	a.Incarnation = inc
 }
 
-// drainReports is a heartbeat's per-topic report. A topic reported more
-// than once counts as stopped only if every entry says so, with the
-// in-flight counts added and the larger acked end per partition kept: the
-// cutover must never take a topic for drained on the strength of one entry
-// while another says otherwise.
-func drainReports(ds []*batonv1.TopicDrain) map[string]TopicDrain {
+// DrainReports is a heartbeat's per-topic report, as the leader and the
+// followers read it. A topic reported more than once counts as stopped
+// only if every entry says so, with the in-flight counts added and the
+// larger acked end per partition kept: the cutover must never take a topic
+// for drained on the strength of one entry while another says otherwise.
+func DrainReports(ds []*batonv1.TopicDrain) map[string]TopicDrain {
 	out := make(map[string]TopicDrain, len(ds))
 	for _, d := range ds {
 		td := TopicDrain{InFlight: d.GetInFlight(), StoppedForwarding: d.GetStoppedForwarding()}

@@ -142,7 +142,11 @@ func (d *driver) do(act cutover.Action) cutover.Event {
 	case cutover.ReadLeases:
 		// Leases other replicas granted before MIGRATING was stored are
 		// all in etcd by now.
-		return cutover.LeasesRead{Result: d.result(cp.syncRecorded(d.dctx))}
+		var err error
+		if cp.cfg.records != nil {
+			err = cp.cfg.records.Sync(d.dctx)
+		}
+		return cutover.LeasesRead{Result: d.result(err)}
 	case cutover.ReadAgents:
 		if a.Wait {
 			d.waitChange()

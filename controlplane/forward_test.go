@@ -169,17 +169,19 @@ func TestRestartedAgentWaitsForItsEarlierProcess(t *testing.T) {
 func TestRecordedRestartKeepsTheEarlierGrant(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	cp := &ControlPlane{cfg: config{lease: 5 * time.Second, replica: "L"}, agents: map[string]*Agent{},
+	now := t0
+	cp := &ControlPlane{cfg: config{lease: 5 * time.Second, replica: "L"}, agents: map[string]*Agent{}, now: func() time.Time { return now },
 		recorded: map[string]int64{}, dirty: map[string]bool{}, changed: make(chan struct{})}
-	rec := func(rev int64, inc uint64) recordedAgent {
-		return recordedAgent{Agent: Agent{Node: "a", Incarnation: inc, GrantedAt: t0, Replica: "F"}, rev: rev}
+	merge := func(rev int64, inc uint64, at time.Time) {
+		now = at
+		cp.MergeRecords(context.Background(), false, RecordedAgent{Agent: Agent{Node: "a", Incarnation: inc, GrantedAt: t0, Replica: "F"}, Rev: rev})
 	}
-	cp.mergeRecordedLocked(rec(1, 7), t0)
-	cp.mergeRecordedLocked(rec(2, 7), t0.Add(time.Second))
+	merge(1, 7, t0)
+	merge(2, 7, t0.Add(time.Second))
 	if e := cp.agents["a"].EarlierGrantedAt; !e.IsZero() {
 		t.Fatalf("same process: earlier grant %v, want none", e)
 	}
-	cp.mergeRecordedLocked(rec(3, 8), t0.Add(2*time.Second))
+	merge(3, 8, t0.Add(2*time.Second))
 	if e := cp.agents["a"].EarlierGrantedAt; !e.Equal(t0.Add(time.Second)) {
 		t.Fatalf("restarted: earlier grant %v, want the first process's last, %v", e, t0.Add(time.Second))
 	}

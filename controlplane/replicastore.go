@@ -6,17 +6,36 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/metadata"
 
+	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/controlplane/shadow"
+	"github.com/baton-kafka/baton/xds"
 )
 
-// What replicas share through etcd beyond Store (docs/design.md §13.1):
-// followers read the routes' state at one revision and watch it; they
-// record the leases they grant, each conditioned on the config version
-// they granted at; the leader reads and watches those records.
+// What replicas share through etcd beyond Store (docs/design.md §13.1),
+// for package replicas: followers read the routes' state at one revision
+// and watch it; they record the leases they grant, each conditioned on the
+// config version they granted at; the leader reads and watches those
+// records. The keys stay this store's; replicas reaches them through these
+// methods only.
+
+// Client is the store's etcd client: package replicas campaigns, registers
+// replicas and reads the cluster's health through it, outside the store's
+// keys.
+func (s *EtcdStore) Client() *clientv3.Client { return s.cli }
+
+// SetFence makes every write of the store from now on commit only while
+// cmp holds: Campaign's, this term's leader key (a write after the term
+// ended fails with ErrNotLeader).
+func (s *EtcdStore) SetFence(cmp clientv3.Cmp) {
+	s.fenceMu.Lock()
+	s.fence = &cmp
+	s.fenceMu.Unlock()
+}
 
 // keyLatency holds each topic's destination latency profile as the leader
 // last pushed it, for followers to push the same. It sorts between
@@ -27,54 +46,62 @@ const keyLatency = "/baton/tlatency/"
 // keyLatency, keyTopics and keyVersion ("/baton/t" up to "/baton/w").
 const routeStateFrom, routeStateEnd = "/baton/t", "/baton/w"
 
-// routeState is the routes' state at one etcd revision.
-type routeState struct {
-	rev     int64
-	version uint64
-	topics  map[string]*Topic
+// RouteState is the routes' state at one etcd revision: what a follower
+// renders its routes from (Resources).
+type RouteState struct {
+	Rev     int64
+	Version uint64
+	Topics  map[string]*Topic
 	latency map[string]shadow.Profile
 }
 
-// loadRouteState reads the routes' state at one revision.
-func (s *EtcdStore) loadRouteState(ctx context.Context) (routeState, error) {
+// LoadRouteState reads the routes' state at one revision.
+func (s *EtcdStore) LoadRouteState(ctx context.Context) (RouteState, error) {
 	r, err := s.cli.Get(ctx, routeStateFrom, clientv3.WithRange(routeStateEnd))
 	if err != nil {
-		return routeState{}, fmt.Errorf("controlplane: etcd: %w", err)
+		return RouteState{}, fmt.Errorf("controlplane: etcd: %w", err)
 	}
-	st := routeState{rev: r.Header.Revision, topics: map[string]*Topic{}, latency: map[string]shadow.Profile{}}
+	st := RouteState{Rev: r.Header.Revision, Topics: map[string]*Topic{}, latency: map[string]shadow.Profile{}}
 	for _, kv := range r.Kvs {
-		if err := st.apply(false, kv.Key, kv.Value); err != nil {
-			return routeState{}, err
+		if err := st.Apply(false, kv.Key, kv.Value); err != nil {
+			return RouteState{}, err
 		}
 	}
 	return st, nil
 }
 
-// apply changes st by one key's put or delete.
-func (st *routeState) apply(del bool, key, value []byte) error {
+// Resources is every route of st, as the leader publishes them (forward
+// is F, clusters the Cluster resources).
+func (st *RouteState) Resources(forward time.Duration, clusters ...*batonv1.Cluster) xds.Resources {
+	return renderResources(st.Version, st.Topics, st.latency, forward, clusters...)
+}
+
+// Apply changes st by one key's put or delete (a watched event of
+// WatchRouteState); other keys change nothing.
+func (st *RouteState) Apply(del bool, key, value []byte) error {
 	k := string(key)
 	switch {
 	case k == keyVersion:
 		if del {
-			st.version = 0
+			st.Version = 0
 			return nil
 		}
 		v, err := strconv.ParseUint(string(value), 10, 64)
 		if err != nil {
 			return fmt.Errorf("controlplane: bad version %q", value)
 		}
-		st.version = v
+		st.Version = v
 	case strings.HasPrefix(k, keyTopics):
 		name := strings.TrimPrefix(k, keyTopics)
 		if del {
-			delete(st.topics, name)
+			delete(st.Topics, name)
 			return nil
 		}
 		var t Topic
 		if err := json.Unmarshal(value, &t); err != nil {
 			return fmt.Errorf("controlplane: bad record %s: %w", k, err)
 		}
-		st.topics[name] = &t
+		st.Topics[name] = &t
 	case strings.HasPrefix(k, keyLatency):
 		name := strings.TrimPrefix(k, keyLatency)
 		if del {
@@ -90,8 +117,8 @@ func (st *routeState) apply(del bool, key, value []byte) error {
 	return nil
 }
 
-// watchRouteState watches the routes' state after revision rev.
-func (s *EtcdStore) watchRouteState(ctx context.Context, rev int64) clientv3.WatchChan {
+// WatchRouteState watches the routes' state after revision rev.
+func (s *EtcdStore) WatchRouteState(ctx context.Context, rev int64) clientv3.WatchChan {
 	return s.cli.Watch(clientv3.WithRequireLeader(ctx), routeStateFrom, clientv3.WithRange(routeStateEnd), clientv3.WithRev(rev+1))
 }
 
@@ -120,14 +147,14 @@ func (s *EtcdStore) putLatency(ctx context.Context, profiles map[string]shadow.P
 // etcd's default request limit (1.5 MiB).
 const maxRecordBytes = 512 << 10
 
-// recordGrants stores the agents a follower granted a lease at config
+// RecordGrants stores the agents a follower granted a lease at config
 // version, in transactions that commit only if the config version is
 // still that one: a grant made on a version the leader has moved past is
 // never recorded (ErrVersionMoved), so the leader, once it stored a new
 // version, knows every grant made before it. (The version's value, not
 // its key's revision: a cutover's steps store the topic with the same
 // version again.)
-func (s *EtcdStore) recordGrants(ctx context.Context, version uint64, agents []Agent) error {
+func (s *EtcdStore) RecordGrants(ctx context.Context, version uint64, agents []Agent) error {
 	still := clientv3.Compare(clientv3.Value(keyVersion), "=", strconv.FormatUint(version, 10))
 	if version == 0 {
 		still = clientv3.Compare(clientv3.CreateRevision(keyVersion), "=", 0) // none stored yet
@@ -144,10 +171,10 @@ func (s *EtcdStore) recordGrants(ctx context.Context, version uint64, agents []A
 	})
 }
 
-// recordReports stores agents' reports a follower answered without a
+// RecordReports stores agents' reports a follower answered without a
 // grant: a refused heartbeat carries writes and findings the agent drops
 // once answered.
-func (s *EtcdStore) recordReports(ctx context.Context, agents []Agent) error {
+func (s *EtcdStore) RecordReports(ctx context.Context, agents []Agent) error {
 	return s.recordAgents(agents, func(ops []clientv3.Op) error {
 		if _, err := s.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
 			return fmt.Errorf("controlplane: etcd: recording agents' reports: %w", err)
@@ -180,38 +207,38 @@ func (s *EtcdStore) recordAgents(agents []Agent, commit func([]clientv3.Op) erro
 	return commit(ops)
 }
 
-// recordedAgent is an agent record with its etcd mod revision.
-type recordedAgent struct {
+// RecordedAgent is an agent record with its etcd mod revision.
+type RecordedAgent struct {
 	Agent
-	rev int64
+	Rev int64
 }
 
-// readAgents returns every agent record and the revision read at.
-func (s *EtcdStore) readAgents(ctx context.Context) ([]recordedAgent, int64, error) {
+// ReadAgents returns every agent record and the revision read at.
+func (s *EtcdStore) ReadAgents(ctx context.Context) ([]RecordedAgent, int64, error) {
 	r, err := s.cli.Get(ctx, keyAgents, clientv3.WithPrefix())
 	if err != nil {
 		return nil, 0, fmt.Errorf("controlplane: etcd: %w", err)
 	}
-	out := make([]recordedAgent, 0, len(r.Kvs))
+	out := make([]RecordedAgent, 0, len(r.Kvs))
 	for _, kv := range r.Kvs {
 		var a Agent
 		if err := json.Unmarshal(kv.Value, &a); err != nil {
 			return nil, 0, fmt.Errorf("controlplane: bad record %s: %w", kv.Key, err)
 		}
-		out = append(out, recordedAgent{a, kv.ModRevision})
+		out = append(out, RecordedAgent{a, kv.ModRevision})
 	}
 	return out, r.Header.Revision, nil
 }
 
-// watchAgents watches agent records after revision rev, on a watch
+// WatchAgents watches agent records after revision rev, on a watch
 // stream of its own (recordsStream).
-func (s *EtcdStore) watchAgents(ctx context.Context, rev int64) clientv3.WatchChan {
+func (s *EtcdStore) WatchAgents(ctx context.Context, rev int64) clientv3.WatchChan {
 	return s.cli.Watch(recordsStream(ctx), keyAgents, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 }
 
-// requestRecordsProgress asks the watch of agent records to say how far it
-// got.
-func (s *EtcdStore) requestRecordsProgress(ctx context.Context) error {
+// RequestRecordsProgress asks the watch of agent records (WatchAgents) to
+// say how far it got.
+func (s *EtcdStore) RequestRecordsProgress(ctx context.Context) error {
 	return s.cli.RequestProgress(recordsStream(ctx))
 }
 
@@ -224,8 +251,8 @@ func recordsStream(ctx context.Context) context.Context {
 	return metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx), "baton-watch", "agent-records")
 }
 
-// revision is etcd's current revision.
-func (s *EtcdStore) revision(ctx context.Context) (int64, error) {
+// Revision is etcd's current revision.
+func (s *EtcdStore) Revision(ctx context.Context) (int64, error) {
 	r, err := s.cli.Get(ctx, keyVersion)
 	if err != nil {
 		return 0, fmt.Errorf("controlplane: etcd: %w", err)

@@ -2,14 +2,16 @@
 // machine (docs/design.md §3), the cutover orchestrator (§6), the
 // Lease service agents heartbeat to, the etcd store that keeps topic
 // states, versions, agents' lease grants and the audit event log across
-// restarts, and the process's lifecycle (Lifecycle). It drives the
-// replicator through the small Replication interface (its drivers are
-// package controlplane/replication's), the destination write guard
-// through WriteGuard and the source fence through SourceFence (their
-// implementations on Kafka ACLs are package controlplane/acl's); it
-// pushes routes to agents through an xds.Server.
+// restarts. It drives the replicator through the small Replication
+// interface (its drivers are package controlplane/replication's), the
+// destination write guard through WriteGuard and the source fence through
+// SourceFence (their implementations on Kafka ACLs are package
+// controlplane/acl's); it pushes routes to agents through an xds.Server.
 // The HTTP API the `baton` CLI speaks is package httpapi, which imports
-// this one; Lifecycle serves it through Lifecycle.API.
+// this one. Replicas on one etcd (leader election, followers, the
+// process's lifecycle) are package replicas, which imports this one too:
+// a leader learns the leases followers grant through Records and
+// MergeRecords.
 //
 // Safety rules it keeps:
 //

@@ -74,7 +74,7 @@ type EtcdStore struct {
 	once sync.Once
 
 	fenceMu sync.Mutex
-	fence   *clientv3.Cmp // set by Campaign: every write needs this term's leader key
+	fence   *clientv3.Cmp // SetFence (replicas.Campaign): every write needs this term's leader key
 }
 
 // Endpoints returns the etcd endpoints the store talks to.

@@ -27,6 +27,7 @@ import (
 	"github.com/baton-kafka/baton/controlplane"
 	"github.com/baton-kafka/baton/controlplane/acl"
 	"github.com/baton-kafka/baton/controlplane/httpapi"
+	"github.com/baton-kafka/baton/controlplane/replicas"
 	"github.com/baton-kafka/baton/controlplane/replication"
 	"github.com/baton-kafka/baton/controlplane/rollout"
 	"github.com/baton-kafka/baton/controlplane/shadow"
@@ -113,7 +114,7 @@ func (fl *controlPlaneFlags) add(cmd *cobra.Command) {
 	f.StringVar(&fl.replicaID, "replica-id", "", "this replica's name in the leader election and `baton controlplane status` (default: hostname/--grpc)")
 	f.StringVar(&fl.leaderLabelKey, "leader-label", "", "in a Kubernetes pod (POD_NAME set, its service account allowed to patch pods): label the pod KEY=true while this replica leads, KEY=false otherwise, for a Service that routes the HTTP API to the leader (with --etcd-endpoints)")
 	f.StringVar(&fl.leaderLabelPeers, "leader-label-peers", "", "with --leader-label: the other replicas' pods, comma-separated, labelled KEY=false by this replica when elected, before it labels its own pod KEY=true (a stalled former leader must not stay selected)")
-	f.DurationVar(&fl.leaderTTL, "leader-ttl", controlplane.DefaultLeaderTTL, "etcd session of a replica: a dead leader is replaced after about this long (whole seconds)")
+	f.DurationVar(&fl.leaderTTL, "leader-ttl", replicas.DefaultLeaderTTL, "etcd session of a replica: a dead leader is replaced after about this long (whole seconds)")
 	f.DurationVar(&fl.lease, "lease", migration.DefaultLease, "agents' lease")
 	f.DurationVar(&fl.forward, "forward-deadline", migration.DefaultForwardDeadline, "forward deadline F (below the lease)")
 	f.DurationVar(&fl.timeout, "cutover-timeout", controlplane.DefaultCutoverTimeout, "bound of every cutover wait; gate: lag <= timeout/4")
@@ -147,7 +148,7 @@ func (fl *controlPlaneFlags) add(cmd *cobra.Command) {
 	_ = cmd.MarkFlagRequired("destination")
 }
 
-// run wires a controlplane.Lifecycle from the flags and runs it.
+// run wires a replicas.Lifecycle from the flags and runs it.
 func (fl *controlPlaneFlags) run(ctx context.Context) error {
 	log, err := newLogger(fl.logLevel)
 	if err != nil {
@@ -179,7 +180,7 @@ func (fl *controlPlaneFlags) run(ctx context.Context) error {
 		clusters: controlplane.Clusters(&batonv1.Cluster{Name: "source", Bootstrap: splitList(fl.source)},
 			&batonv1.Cluster{Name: "destination", Bootstrap: splitList(fl.destination)})}
 	defer w.close()
-	lc := &controlplane.Lifecycle{Store: store, Elect: fl.endpoints != "", ReplicaID: fl.replicaID, LeaderTTL: fl.leaderTTL,
+	lc := &replicas.Lifecycle{Store: store, Elect: fl.endpoints != "", ReplicaID: fl.replicaID, LeaderTTL: fl.leaderTTL,
 		Follow: w.followerOpts(), FollowerReplication: fl.replication == "workers",
 		GRPC: fl.grpcAddr, GRPCCreds: sec.grpcCreds, HTTP: fl.httpAddr, HTTPTLS: sec.httpTLS,
 		Admin: fl.admin, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Lead: w.lead, API: w.api, Log: log}
@@ -187,7 +188,7 @@ func (fl *controlPlaneFlags) run(ctx context.Context) error {
 		lc.Marker = ll
 	}
 	err = lc.Run(ctx)
-	if le := (*controlplane.ListenError)(nil); errors.As(err, &le) {
+	if le := (*replicas.ListenError)(nil); errors.As(err, &le) {
 		return fmt.Errorf("--%s: %w", le.Port, le.Err)
 	}
 	return err
@@ -289,8 +290,8 @@ func (w *leaderWiring) followerOpts() []controlplane.Opt {
 		controlplane.ForwardDeadline(w.fl.forward)}, w.sec.nodeOpts...)
 }
 
-// lead builds the term's control plane (controlplane.Lifecycle's Lead).
-func (w *leaderWiring) lead(ctx context.Context, margin time.Duration) (*controlplane.Term, error) {
+// lead builds the term's control plane (replicas.Lifecycle's Lead).
+func (w *leaderWiring) lead(ctx context.Context, margin time.Duration) (*replicas.Term, error) {
 	fl := w.fl
 	sopts, err := fl.srcSASL.opts()
 	if err != nil {
@@ -339,6 +340,7 @@ func (w *leaderWiring) lead(ctx context.Context, margin time.Duration) (*control
 		controlplane.WithTransactions(&controlplane.SourceTransactions{Admin: kadm.NewClient(scl)}),
 		controlplane.TransactionalProducerWindow(fl.txnWindow),
 		controlplane.ReplicaID(fl.replicaID), controlplane.TakeoverMargin(margin),
+		controlplane.WithRecords(replicas.NewRecords(w.store, w.log)),
 		controlplane.WithXDS(w.xs), w.clusters}, w.sec.nodeOpts...)...)
 	if err != nil {
 		return nil, err
@@ -351,7 +353,11 @@ func (w *leaderWiring) lead(ctx context.Context, margin time.Duration) (*control
 	w.mu.Lock()
 	w.rollout = termRollout{cp: cp, job: ro}
 	w.mu.Unlock()
-	return &controlplane.Term{CP: cp, Replicate: replicate}, nil
+	term := &replicas.Term{CP: cp, Replicate: replicate}
+	if ws, ok := repl.(batonv1.ReplicationServer); ok {
+		term.Workers = ws
+	}
+	return term, nil
 }
 
 // termRollout is the rollout of a term's control plane.

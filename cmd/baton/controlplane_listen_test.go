@@ -11,7 +11,7 @@ import (
 )
 
 // A control plane that cannot open one of its listeners fails naming the
-// flag of its address (controlplane.Lifecycle says which listener, the
+// flag of its address (replicas.Lifecycle says which listener, the
 // command which flag).
 func TestControlPlaneNamesTheBusyAddressFlag(t *testing.T) {
 	t.Parallel()

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/replicas"
 )
 
 // newControlPlaneStatusCmd is `baton controlplane status`: what the
@@ -30,7 +31,7 @@ func newControlPlaneStatusCmd() *cobra.Command {
 				return err
 			}
 			defer store.Close()
-			st, err := controlplane.Status(cmd.Context(), store)
+			st, err := replicas.Status(cmd.Context(), store)
 			if err != nil {
 				return err
 			}

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/baton-kafka/baton/agent"
-	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/replicas"
 	"github.com/baton-kafka/baton/internal/embedded"
 	"github.com/baton-kafka/baton/internal/testlog"
 	"github.com/baton-kafka/baton/internal/wait"
@@ -50,23 +50,23 @@ func TestReplicasElectOneLeader(t *testing.T) {
 		kill func()
 		log  *testlog.Buffer
 	}
-	replicas := map[string]replica{}
+	procs := map[string]replica{}
 	for i := range grpcAddrs {
 		id := fmt.Sprintf("r%d", i+1)
 		p := startReplica(t, "--source", src.Bootstrap(), "--destination", dst.Bootstrap(), "--write-guard", "none",
 			"--etcd-endpoints", endpoints, "--replica-id", id, "--leader-ttl", "1s",
 			"--grpc", grpcAddrs[i], "--http", "127.0.0.1:0", "--cutover-timeout", "40s")
-		replicas[id] = replica{p.kill, p.log}
+		procs[id] = replica{p.kill, p.log}
 		if i == 0 {
 			apiOf(t, id, p.log) // r1 leads
 		}
 	}
-	status := func() controlplane.ClusterStatus {
+	status := func() replicas.ClusterStatus {
 		out, err := runCLI("controlplane", "status", "--etcd-endpoints", endpoints, "--json")
 		if err != nil {
 			t.Fatalf("controlplane status: %v", err)
 		}
-		var st controlplane.ClusterStatus
+		var st replicas.ClusterStatus
 		if err := json.Unmarshal([]byte(out), &st); err != nil {
 			t.Fatal(err)
 		}
@@ -82,7 +82,7 @@ func TestReplicasElectOneLeader(t *testing.T) {
 			id = st.Leader
 			return ""
 		})
-		return id, apiOf(t, id, replicas[id].log)
+		return id, apiOf(t, id, procs[id].log)
 	}
 	wait.For(t, time.Minute, "three replicas registered, r1 leading", func() string {
 		if st := status(); len(st.Replicas) != 3 || st.Leader != "r1" {
@@ -96,8 +96,8 @@ func TestReplicasElectOneLeader(t *testing.T) {
 	}
 	printStatus("with three replicas")
 	for _, id := range []string{"r2", "r3"} {
-		if upLine.MatchString(replicas[id].log.String()) {
-			t.Fatalf("%s serves while r1 leads:\n%s", id, replicas[id].log)
+		if upLine.MatchString(procs[id].log.String()) {
+			t.Fatalf("%s serves while r1 leads:\n%s", id, procs[id].log)
 		}
 	}
 
@@ -122,7 +122,7 @@ func TestReplicasElectOneLeader(t *testing.T) {
 	for _, p := range producers {
 		p.resetGap()
 	}
-	replicas["r1"].kill()
+	procs["r1"].kill()
 	second, api2 := leader("r1")
 	waitAcked(t, "records acked after the takeover", 50, producers...)
 	for i, p := range producers {
@@ -145,7 +145,7 @@ func TestReplicasElectOneLeader(t *testing.T) {
 		}
 		return ""
 	})
-	replicas[second].kill()
+	procs[second].kill()
 	third, api3 := leader("r1", second)
 	wait.For(t, time.Minute, third+" rolls the cutover back", func() string {
 		out, err := runCLI("topic", "status", "orders", "--server", api3)

@@ -19,6 +19,7 @@ import (
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/replicas"
 	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/replicator"
 	"github.com/baton-kafka/baton/test/etcdcluster"
@@ -27,7 +28,7 @@ import (
 
 // BenchmarkXDSFanOutReplicas: the xDS fan-out of BenchmarkXDSFanOut through
 // three control-plane replicas on a three-member etcd: a leader
-// (controlplane.New) and two followers (controlplane.NewFollower), each on
+// (controlplane.New) and two followers (replicas.NewFollower), each on
 // loopback gRPC, with 1,000 xds.Client nodes (delta xDS, one connection
 // each) spread evenly across them and 10,000 topics. Each round the leader
 // moves one topic from REJECT to PROXY (SetState: stored in etcd at a new
@@ -89,15 +90,16 @@ func BenchmarkXDSFanOutReplicas(b *testing.B) {
 		b.Cleanup(gs.Stop)
 		return ln.Addr().String()
 	}
-	cp, err := controlplane.New(ctx, controlplane.WithStore(open()), controlplane.WithReplication(noReplication{}),
-		controlplane.ReplicaID("r1"), controlplane.Logger(quiet), clusters)
+	leaderStore := open()
+	cp, err := controlplane.New(ctx, controlplane.WithStore(leaderStore), controlplane.WithReplication(noReplication{}),
+		controlplane.ReplicaID("r1"), controlplane.WithRecords(replicas.NewRecords(leaderStore, quiet)), controlplane.Logger(quiet), clusters)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer cp.Close()
-	replicas := []replica{{xds: cp.XDS(), addr: serve(cp.Register)}}
+	served := []replica{{xds: cp.XDS(), addr: serve(cp.Register)}}
 	for _, id := range []string{"r2", "r3"} {
-		f, err := controlplane.NewFollower(ctx, open(), controlplane.ReplicaID(id), controlplane.Logger(quiet), clusters)
+		f, err := replicas.NewFollower(ctx, open(), controlplane.ReplicaID(id), controlplane.Logger(quiet), clusters)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -105,22 +107,22 @@ func BenchmarkXDSFanOutReplicas(b *testing.B) {
 		done := make(chan struct{})
 		go func() { defer close(done); _ = f.Run(fctx) }()
 		defer func() { stop(); <-done }()
-		replicas = append(replicas, replica{xds: f.XDS(), addr: serve(func(gs *grpc.Server) {
+		served = append(served, replica{xds: f.XDS(), addr: serve(func(gs *grpc.Server) {
 			f.XDS().Register(gs)
 			batonv1.RegisterLeaseServer(gs, f)
 		})})
 	}
 
 	cctx, stopClients := context.WithCancel(ctx)
-	ids := make([][]string, len(replicas)) // per replica, its nodes
+	ids := make([][]string, len(served)) // per replica, its nodes
 	var wg sync.WaitGroup
 	defer func() { stopClients(); wg.Wait() }()
 	start := time.Now()
 	for i := range nClients {
-		r := i % len(replicas)
+		r := i % len(served)
 		id := fmt.Sprintf("agent-%04d", i)
 		ids[r] = append(ids[r], id)
-		conn, err := grpc.NewClient(replicas[r].addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		conn, err := grpc.NewClient(served[r].addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)))
 		if err != nil {
 			b.Fatal(err)
@@ -133,11 +135,11 @@ func BenchmarkXDSFanOutReplicas(b *testing.B) {
 		go func() { defer wg.Done(); defer conn.Close(); _ = c.Run(cctx) }()
 	}
 	acks := func(version uint64, at time.Time, limit time.Duration) ([][]time.Duration, error) {
-		out := make([][]time.Duration, len(replicas))
+		out := make([][]time.Duration, len(served))
 		var g errgroup.Group
-		for r := range replicas {
+		for r := range served {
 			g.Go(func() error {
-				lats, err := waitAcks(ctx, replicas[r].xds, ids[r], version, at, limit)
+				lats, err := waitAcks(ctx, served[r].xds, ids[r], version, at, limit)
 				out[r] = lats
 				return err
 			})
@@ -195,7 +197,7 @@ time from the leader's SetState to each client's ACK (ms):
 all %d changes      %9.1f  %9.1f  %9.1f
 the leader's clients      %9.1f  %9.1f  %9.1f
 the followers' clients    %9.1f  %9.1f  %9.1f (p99 %.2f times the leader's)
-`, nTopics, nClients, nClients/len(replicas), runtime.GOMAXPROCS(0), connectAll.Round(time.Millisecond), joinLines(rounds), xdsChanges,
+`, nTopics, nClients, nClients/len(served), runtime.GOMAXPROCS(0), connectAll.Round(time.Millisecond), joinLines(rounds), xdsChanges,
 		ms64(pct(all, 50)), ms64(pct(all, 99)), ms64(all[len(all)-1]),
 		ms64(pct(leaders, 50)), ms64(pct(leaders, 99)), ms64(leaders[len(leaders)-1]),
 		ms64(pct(followers, 50)), ms64(pct(followers, 99)), ms64(followers[len(followers)-1]), ms64(pct(followers, 99))/ms64(pct(leaders, 99)))

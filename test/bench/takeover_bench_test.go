@@ -20,6 +20,7 @@ import (
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/replicas"
 	"github.com/baton-kafka/baton/internal/embedded"
 	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/migration"
@@ -81,7 +82,7 @@ func benchTakeover(b *testing.B, kills int, ttl string) {
 		log  *bytes.Buffer
 		done chan struct{}
 	}
-	replicas := make([]*replica, len(addrs))
+	procs := make([]*replica, len(addrs))
 	start := func(i int) {
 		var log bytes.Buffer
 		cmd := exec.Command(bin, "controlplane", "--source", src.Bootstrap(), "--destination", dst.Bootstrap(),
@@ -94,10 +95,10 @@ func benchTakeover(b *testing.B, kills int, ttl string) {
 		}
 		r := &replica{cmd: cmd, log: &log, done: make(chan struct{})}
 		go func() { _ = cmd.Wait(); close(r.done) }()
-		replicas[i] = r
+		procs[i] = r
 	}
 	defer func() {
-		for _, r := range replicas {
+		for _, r := range procs {
 			if r != nil {
 				_ = r.cmd.Process.Kill()
 				<-r.done
@@ -115,7 +116,7 @@ func benchTakeover(b *testing.B, kills int, ttl string) {
 	leader := func(not string) string {
 		var id string
 		wait.For(b, time.Minute, "a leader other than "+not, func() string {
-			st, err := controlplane.Status(ctx, store)
+			st, err := replicas.Status(ctx, store)
 			if err != nil || st.Leader == "" || st.Leader == not {
 				return fmt.Sprintf("leader %q, %v", st.Leader, err)
 			}
@@ -149,9 +150,9 @@ func benchTakeover(b *testing.B, kills int, ttl string) {
 		// renewal the next one is a whole period away whatever serves it.
 		time.Sleep(rand.N(migration.DefaultLease / 3))
 		validL, validF := onLeader.ValidUntil(), onFollower.ValidUntil()
-		_ = replicas[i].cmd.Process.Kill()
+		_ = procs[i].cmd.Process.Kill()
 		killed := time.Now()
-		<-replicas[i].done
+		<-procs[i].done
 		took = append(took, firstGrantAfter(b, ctx, onLeader, killed))
 		if time.Now().After(validL) {
 			lapsed++

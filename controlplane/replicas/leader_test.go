@@ -1,4 +1,4 @@
-package controlplane
+package replicas
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-kafka/baton/controlplane"
 	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/migration"
 )
@@ -21,12 +22,12 @@ func TestLeaderElectionFencesTheLoser(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	a, err := OpenEmbedded(ctx, t.TempDir())
+	a, err := controlplane.OpenEmbedded(ctx, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	b, err := OpenEtcd(ctx, a.cli.Endpoints())
+	b, err := controlplane.OpenEtcd(ctx, a.Endpoints())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,13 +61,13 @@ func TestLeaderElectionFencesTheLoser(t *testing.T) {
 		t.Fatalf("b elected (%v) while a leads", e.err)
 	default:
 	}
-	topic := Topic{TopicSpec: TopicSpec{Name: "t", State: migration.Proxy}}
+	topic := controlplane.Topic{TopicSpec: controlplane.TopicSpec{Name: "t", State: migration.Proxy}}
 	if err := a.PutTopic(ctx, topic, 1); err != nil {
 		t.Fatalf("the leader's write: %v", err)
 	}
 
 	// a's session ends: etcd revokes a lease nobody keeps alive.
-	if _, err := b.cli.Revoke(ctx, la.session.Lease()); err != nil {
+	if _, err := b.Client().Revoke(ctx, la.session.Lease()); err != nil {
 		t.Fatal(err)
 	}
 	var lb *Leadership
@@ -87,11 +88,14 @@ func TestLeaderElectionFencesTheLoser(t *testing.T) {
 	for name, err := range map[string]error{
 		"PutTopic":    a.PutTopic(ctx, topic, 2),
 		"DeleteTopic": a.DeleteTopic(ctx, "t", 2),
-		"PutAgents":   a.PutAgents(ctx, []Agent{{Node: "n"}}),
-		"AppendEvent": func() error { _, err := a.AppendEvent(ctx, Event{Topic: "t", Kind: EventAdded}); return err }(),
+		"PutAgents":   a.PutAgents(ctx, []controlplane.Agent{{Node: "n"}}),
+		"AppendEvent": func() error {
+			_, err := a.AppendEvent(ctx, controlplane.Event{Topic: "t", Kind: controlplane.EventAdded})
+			return err
+		}(),
 	} {
-		if !errors.Is(err, ErrNotLeader) {
-			t.Errorf("the old leader's %s: %v, want ErrNotLeader", name, err)
+		if !errors.Is(err, controlplane.ErrNotLeader) {
+			t.Errorf("the old leader's %s: %v, want controlplane.ErrNotLeader", name, err)
 		}
 	}
 	if err := b.PutTopic(ctx, topic, 2); err != nil {

@@ -1,4 +1,4 @@
-package controlplane
+package replicas
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -18,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/controlplane"
 	"github.com/baton-kafka/baton/controlplane/cutover"
 	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/xds"
@@ -51,12 +51,12 @@ const maxRecordBatch = 64
 type Follower struct {
 	batonv1.UnimplementedLeaseServer
 
-	cfg   config
-	store *EtcdStore
+	cfg   controlplane.FollowerConfig
+	store *controlplane.EtcdStore
 	log   *slog.Logger
 
 	mu    sync.Mutex
-	state routeState
+	state controlplane.RouteState
 
 	queue   chan *pendingRecord
 	stopped chan struct{} // closed when Run's recorder stopped
@@ -65,32 +65,32 @@ type Follower struct {
 var _ batonv1.LeaseServer = (*Follower)(nil)
 
 type pendingRecord struct {
-	agent   Agent
+	agent   controlplane.Agent
 	grant   bool
 	version uint64 // granted at
 	done    chan error
 }
 
 // NewFollower loads the routes' state from store and publishes it. It
-// takes New's options; the ones that matter are ReplicaID (required),
-// LeaseDuration, ForwardDeadline, Clusters, WithXDS, NodeIdentity, Clock
-// and Logger, and they MUST match the leader's.
-func NewFollower(ctx context.Context, store *EtcdStore, opts ...Opt) (*Follower, error) {
-	cfg := newConfig(opts)
+// takes controlplane.New's options; the ones that matter are ReplicaID
+// (required), LeaseDuration, ForwardDeadline, Clusters, WithXDS,
+// NodeIdentity, Clock and Logger, and they MUST match the leader's.
+func NewFollower(ctx context.Context, store *controlplane.EtcdStore, opts ...controlplane.Opt) (*Follower, error) {
+	cfg := controlplane.NewFollowerConfig(opts...)
 	switch {
-	case cfg.replica == "":
-		return nil, fmt.Errorf("%w: a follower needs its replica id", ErrBadConfig)
-	case cfg.source == nil || cfg.dest == nil || cfg.source.GetName() == "" || cfg.dest.GetName() == "":
-		return nil, fmt.Errorf("%w: named source and destination clusters are required", ErrBadConfig)
-	case cfg.lease <= 0 || cfg.forward <= 0 || cfg.forward >= cfg.lease:
-		return nil, fmt.Errorf("%w: want 0 < forward deadline (%v) < lease (%v)", ErrBadConfig, cfg.forward, cfg.lease)
+	case cfg.Replica == "":
+		return nil, fmt.Errorf("%w: a follower needs its replica id", controlplane.ErrBadConfig)
+	case cfg.Source == nil || cfg.Dest == nil || cfg.Source.GetName() == "" || cfg.Dest.GetName() == "":
+		return nil, fmt.Errorf("%w: named source and destination clusters are required", controlplane.ErrBadConfig)
+	case cfg.Lease <= 0 || cfg.Forward <= 0 || cfg.Forward >= cfg.Lease:
+		return nil, fmt.Errorf("%w: want 0 < forward deadline (%v) < lease (%v)", controlplane.ErrBadConfig, cfg.Forward, cfg.Lease)
 	}
-	if cfg.xds == nil {
-		cfg.xds = xds.NewServer(xds.WithLogger(cfg.log), xds.WithClock(cfg.now))
+	if cfg.XDS == nil {
+		cfg.XDS = xds.NewServer(xds.WithLogger(cfg.Log), xds.WithClock(cfg.Now))
 	}
-	f := &Follower{cfg: cfg, store: store, log: cfg.log.With("component", "follower", "replica", cfg.replica),
+	f := &Follower{cfg: cfg, store: store, log: cfg.Log.With("component", "follower", "replica", cfg.Replica),
 		queue: make(chan *pendingRecord), stopped: make(chan struct{})}
-	st, err := store.loadRouteState(ctx)
+	st, err := store.LoadRouteState(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -100,22 +100,22 @@ func NewFollower(ctx context.Context, store *EtcdStore, opts ...Opt) (*Follower,
 }
 
 // XDS returns the xDS server the follower publishes on.
-func (f *Follower) XDS() *xds.Server { return f.cfg.xds }
+func (f *Follower) XDS() *xds.Server { return f.cfg.XDS }
 
 // ServerOptions returns the gRPC server options NodeIdentity needs.
-func (f *Follower) ServerOptions() []grpc.ServerOption { return f.cfg.serverOptions(f.log) }
+func (f *Follower) ServerOptions() []grpc.ServerOption { return f.cfg.ServerOptions(f.log) }
 
 // Version is the config version the follower serves.
 func (f *Follower) Version() uint64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.state.version
+	return f.state.Version
 }
 
 func (f *Follower) publish() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.cfg.xds.Update(renderResources(f.state.version, f.state.topics, f.state.latency, f.cfg.forward, f.cfg.source, f.cfg.dest))
+	f.cfg.XDS.Update(f.state.Resources(f.cfg.Forward, f.cfg.Source, f.cfg.Dest))
 }
 
 // Run watches the routes' state, publishing every change, and records
@@ -128,16 +128,16 @@ func (f *Follower) Run(ctx context.Context) error {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		f.mu.Lock()
-		rev := f.state.rev
+		rev := f.state.Rev
 		f.mu.Unlock()
 		if err := f.watch(ctx, rev); err != nil && ctx.Err() == nil {
 			f.log.Warn("watching the routes' state in etcd; reading it again", "err", err)
 		}
 		for ctx.Err() == nil {
-			st, err := f.store.loadRouteState(ctx)
+			st, err := f.store.LoadRouteState(ctx)
 			if err == nil {
 				f.mu.Lock()
-				if st.rev > f.state.rev {
+				if st.Rev > f.state.Rev {
 					f.state = st
 				}
 				f.mu.Unlock()
@@ -162,7 +162,7 @@ func (f *Follower) Run(ctx context.Context) error {
 func (f *Follower) watch(ctx context.Context, rev int64) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	for resp := range f.store.watchRouteState(wctx, rev) {
+	for resp := range f.store.WatchRouteState(wctx, rev) {
 		if err := resp.Err(); err != nil {
 			return err
 		}
@@ -171,12 +171,12 @@ func (f *Follower) watch(ctx context.Context, rev int64) error {
 		}
 		f.mu.Lock()
 		for _, e := range resp.Events {
-			if err := f.state.apply(e.Type == mvccpb.DELETE, e.Kv.Key, e.Kv.Value); err != nil {
+			if err := f.state.Apply(e.Type == mvccpb.DELETE, e.Kv.Key, e.Kv.Value); err != nil {
 				f.mu.Unlock()
 				return err
 			}
 		}
-		f.state.rev = resp.Header.Revision
+		f.state.Rev = resp.Header.Revision
 		f.mu.Unlock()
 		f.publish()
 	}
@@ -190,26 +190,26 @@ func (f *Follower) Heartbeat(ctx context.Context, req *batonv1.HeartbeatRequest)
 	if req.GetNodeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "node_id is required")
 	}
-	now := f.cfg.now()
+	now := f.cfg.Now()
 	f.mu.Lock()
-	version := f.state.version
-	drains := drainReports(req.GetTopics())
+	version := f.state.Version
+	drains := controlplane.DrainReports(req.GetTopics())
 	for name, d := range drains {
-		switch t, ok := f.state.topics[name]; {
+		switch t, ok := f.state.Topics[name]; {
 		case ok && t.State == migration.Migrating:
 		case len(d.AckedEnds) > 0:
 			// What the agent acked: a cutover waits for the destination
 			// to hold it, whenever it comes.
-			drains[name] = TopicDrain{AckedEnds: d.AckedEnds}
+			drains[name] = controlplane.TopicDrain{AckedEnds: d.AckedEnds}
 		default:
 			delete(drains, name) // the leader's drain reads MIGRATING topics only
 		}
 	}
 	f.mu.Unlock()
-	resp := &batonv1.HeartbeatResponse{Lease: durationpb.New(f.cfg.lease), RequiredVersion: version,
-		ForwardDeadline: durationpb.New(f.cfg.forward), ServerTime: timestamppb.New(now)}
-	rec := Agent{Node: req.GetNodeId(), Namespace: req.GetNamespace(), Workload: req.GetWorkload(), AckedVersion: req.GetAckedVersion(),
-		LastHeartbeat: now, Topics: drains, Replica: f.cfg.replica, Incarnation: req.GetIncarnation()}
+	resp := &batonv1.HeartbeatResponse{Lease: durationpb.New(f.cfg.Lease), RequiredVersion: version,
+		ForwardDeadline: durationpb.New(f.cfg.Forward), ServerTime: timestamppb.New(now)}
+	rec := controlplane.Agent{Node: req.GetNodeId(), Namespace: req.GetNamespace(), Workload: req.GetWorkload(),
+		AckedVersion: req.GetAckedVersion(), LastHeartbeat: now, Topics: drains, Replica: f.cfg.Replica, Incarnation: req.GetIncarnation()}
 	var err error
 	if rec.Report, err = forwardedReport(req); err != nil {
 		return nil, status.Errorf(codes.Internal, "encoding the report: %v", err)
@@ -226,13 +226,14 @@ func (f *Follower) Heartbeat(ctx context.Context, req *batonv1.HeartbeatRequest)
 		}
 		return resp, nil
 	}
-	l := cutover.GrantLease(now, f.cfg.lease, req.GetAckedVersion(), version, time.Time{})
+	// The leader's rule (ControlPlane.Heartbeat grants by it too).
+	l := cutover.GrantLease(now, f.cfg.Lease, req.GetAckedVersion(), version, time.Time{})
 	if !l.Granted {
 		return refuse(l.Refused)
 	}
 	rec.GrantedAt, rec.ExpiresAt = l.GrantedAt, l.ExpiresAt
 	switch err := f.record(ctx, rec, true, version); {
-	case errors.Is(err, ErrVersionMoved):
+	case errors.Is(err, controlplane.ErrVersionMoved):
 		resp.RequiredVersion = version + 1
 		return refuse(fmt.Sprintf("the config version moved past %d: apply the next one first", version))
 	case err != nil:
@@ -263,12 +264,8 @@ func forwardedReport(req *batonv1.HeartbeatRequest) ([]byte, error) {
 	return proto.Marshal(out)
 }
 
-// errFollowerStopped: Run returned; this replica grants nothing more as a
-// follower.
-var errFollowerStopped = errors.New("controlplane: this replica stopped following (it leads now, or stops)")
-
 // record queues rec for the recorder and waits for its transaction.
-func (f *Follower) record(ctx context.Context, rec Agent, grant bool, version uint64) error {
+func (f *Follower) record(ctx context.Context, rec controlplane.Agent, grant bool, version uint64) error {
 	p := &pendingRecord{agent: rec, grant: grant, version: version, done: make(chan error, 1)}
 	select {
 	case f.queue <- p:
@@ -332,7 +329,7 @@ func (f *Follower) commit(ctx context.Context, batch []*pendingRecord) {
 		for i, p := range ps {
 			last[p.agent.Node] = i
 		}
-		agents := make([]Agent, 0, len(last))
+		agents := make([]controlplane.Agent, 0, len(last))
 		for i, p := range ps {
 			if last[p.agent.Node] == i {
 				agents = append(agents, p.agent)
@@ -340,67 +337,12 @@ func (f *Follower) commit(ctx context.Context, batch []*pendingRecord) {
 		}
 		var err error
 		if g.grant {
-			err = f.store.recordGrants(ctx, g.version, agents)
+			err = f.store.RecordGrants(ctx, g.version, agents)
 		} else {
-			err = f.store.recordReports(ctx, agents)
+			err = f.store.RecordReports(ctx, agents)
 		}
 		for _, p := range ps {
 			p.done <- err
 		}
 	}
 }
-
-// LeaseSwitch is a replica's Lease service: a follower's until the replica
-// is elected, the leader's after (Set). While it holds none it answers
-// Unavailable, and the agent asks again.
-type LeaseSwitch struct {
-	batonv1.UnimplementedLeaseServer
-	cur atomic.Pointer[batonv1.LeaseServer]
-}
-
-var _ batonv1.LeaseServer = (*LeaseSwitch)(nil)
-
-// Set makes s answer with l (nil: with Unavailable).
-func (s *LeaseSwitch) Set(l batonv1.LeaseServer) {
-	if l == nil {
-		s.cur.Store(nil)
-		return
-	}
-	s.cur.Store(&l)
-}
-
-// Heartbeat implements the Lease service.
-func (s *LeaseSwitch) Heartbeat(ctx context.Context, req *batonv1.HeartbeatRequest) (*batonv1.HeartbeatResponse, error) {
-	l := s.cur.Load()
-	if l == nil {
-		return nil, status.Error(codes.Unavailable, "this control-plane replica is taking over as leader: ask again")
-	}
-	return (*l).Heartbeat(ctx, req)
-}
-
-// ReplicationSwitch is a replica's Replication service: the leader's
-// replication.WorkerPool once the replica is elected (Set), and until then
-// an answer that names this replica a follower (Unavailable): workers ask
-// the next replica they were given.
-type ReplicationSwitch struct {
-	batonv1.UnimplementedReplicationServer
-	cur atomic.Pointer[batonv1.ReplicationServer]
-}
-
-var _ batonv1.ReplicationServer = (*ReplicationSwitch)(nil)
-
-// Set makes s answer with r.
-func (s *ReplicationSwitch) Set(r batonv1.ReplicationServer) { s.cur.Store(&r) }
-
-// Work implements the Replication service.
-func (s *ReplicationSwitch) Work(ctx context.Context, req *batonv1.WorkRequest) (*batonv1.WorkResponse, error) {
-	r := s.cur.Load()
-	if r == nil {
-		return nil, status.Error(codes.Unavailable, NotLeaderMessage)
-	}
-	return (*r).Work(ctx, req)
-}
-
-// NotLeaderMessage is how a follower answers a worker's Work: workers move
-// to the next replica on it.
-const NotLeaderMessage = "this control-plane replica is a follower: partition leases are granted by the leader"

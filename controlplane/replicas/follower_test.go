@@ -1,4 +1,4 @@
-package controlplane
+package replicas
 
 import (
 	"context"
@@ -10,23 +10,24 @@ import (
 	"google.golang.org/grpc"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/controlplane"
 	"github.com/baton-kafka/baton/migration"
 )
 
 // replicaStores starts an embedded etcd that outlives the test's replicas
 // and returns a client of it for the leader and one for a follower (each
 // replica has its own; the plane or follower using one closes it).
-func replicaStores(t *testing.T, ctx context.Context) (leader, follower *EtcdStore) {
+func replicaStores(t *testing.T, ctx context.Context) (leader, follower *controlplane.EtcdStore) {
 	t.Helper()
-	etcd, err := OpenEmbedded(ctx, t.TempDir())
+	etcd, err := controlplane.OpenEmbedded(ctx, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = etcd.Close() })
-	if leader, err = OpenEtcd(ctx, etcd.Endpoints()); err != nil {
+	if leader, err = controlplane.OpenEtcd(ctx, etcd.Endpoints()); err != nil {
 		t.Fatal(err)
 	}
-	if follower, err = OpenEtcd(ctx, etcd.Endpoints()); err != nil {
+	if follower, err = controlplane.OpenEtcd(ctx, etcd.Endpoints()); err != nil {
 		t.Fatal(err)
 	}
 	return leader, follower
@@ -34,10 +35,10 @@ func replicaStores(t *testing.T, ctx context.Context) (leader, follower *EtcdSto
 
 // startFollower serves a follower on st (which it closes) until the test
 // ends; it returns the follower and its gRPC address. opts come last.
-func startFollower(t *testing.T, ctx context.Context, st *EtcdStore, k *kafkaEnv, id string, opts ...Opt) (*Follower, string) {
+func startFollower(t *testing.T, ctx context.Context, st *controlplane.EtcdStore, k *kafkaEnv, id string, opts ...controlplane.Opt) (*Follower, string) {
 	t.Helper()
-	f, err := NewFollower(ctx, st, append([]Opt{ReplicaID(id), LeaseDuration(tLease), ForwardDeadline(tForward), Logger(quiet),
-		Clusters(&batonv1.Cluster{Name: "source", Bootstrap: k.src.Addrs()}, &batonv1.Cluster{Name: "destination", Bootstrap: k.dst.Addrs()})},
+	f, err := NewFollower(ctx, st, append([]controlplane.Opt{controlplane.ReplicaID(id), controlplane.LeaseDuration(tLease), controlplane.ForwardDeadline(tForward), controlplane.Logger(quiet),
+		controlplane.Clusters(&batonv1.Cluster{Name: "source", Bootstrap: k.src.Addrs()}, &batonv1.Cluster{Name: "destination", Bootstrap: k.dst.Addrs()})},
 		opts...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +73,7 @@ func TestFollowerServesLeasesTheLeaderWaitsFor(t *testing.T) {
 	defer cancel()
 	k := startKafka(t, ctx)
 	ls, fs := replicaStores(t, ctx)
-	p := startPlaneStore(t, ctx, ls, "", k, ReplicaID("L"))
+	p := startPlaneStore(t, ctx, ls, k, controlplane.ReplicaID("L"))
 	_, faddr := startFollower(t, ctx, fs, k, "F")
 	onLeader, onFollower := startAgent(t, ctx, p.addr, "on-leader"), startAgent(t, ctx, faddr, "on-follower")
 	onFollower.mu.Lock()
@@ -80,7 +81,7 @@ func TestFollowerServesLeasesTheLeaderWaitsFor(t *testing.T) {
 	onFollower.mu.Unlock()
 
 	k.produce(t, ctx, "ha", 20)
-	if _, err := p.cp.AddTopic(ctx, TopicSpec{Name: "ha", State: migration.Proxy}, "test"); err != nil {
+	if _, err := p.cp.AddTopic(ctx, controlplane.TopicSpec{Name: "ha", State: migration.Proxy}, "test"); err != nil {
 		t.Fatal(err)
 	}
 	waitLeases(t, ctx, p, onLeader, onFollower)
@@ -122,7 +123,7 @@ func TestFollowerServesLeasesTheLeaderWaitsFor(t *testing.T) {
 	var drained bool
 	evs, _ := p.cp.Events(ctx, "ha", 0)
 	for _, e := range evs {
-		drained = drained || (e.Kind == EventAgentDrained && e.Agent == "on-follower")
+		drained = drained || (e.Kind == controlplane.EventAgentDrained && e.Agent == "on-follower")
 	}
 	if !drained {
 		t.Errorf("no agent_drained event for the follower's agent: %v", kinds(t, ctx, p, "ha"))
@@ -130,8 +131,8 @@ func TestFollowerServesLeasesTheLeaderWaitsFor(t *testing.T) {
 	eventually(t, ctx, "the follower's agent applied COMPLETE", func() bool { return onFollower.state("ha") == batonv1.State_STATE_COMPLETE })
 
 	// A grant made at a version etcd has moved past is not recorded.
-	if err := fs.recordGrants(ctx, 1, []Agent{{Node: "late", GrantedAt: time.Now()}}); !errors.Is(err, ErrVersionMoved) {
-		t.Errorf("a grant at a stale version: %v, want ErrVersionMoved", err)
+	if err := fs.RecordGrants(ctx, 1, []controlplane.Agent{{Node: "late", GrantedAt: time.Now()}}); !errors.Is(err, controlplane.ErrVersionMoved) {
+		t.Errorf("a grant at a stale version: %v, want controlplane.ErrVersionMoved", err)
 	}
 
 	// The leader stops: the follower keeps its agent's lease going.

@@ -1,4 +1,4 @@
-package controlplane
+package replicas
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/controlplane"
 )
 
 // Lifecycle is one control-plane process from its start to its stop
@@ -27,7 +28,7 @@ import (
 // or it loses the election.
 type Lifecycle struct {
 	// Store is the control plane's etcd; the caller closes it after Run.
-	Store *EtcdStore
+	Store *controlplane.EtcdStore
 	// Elect: replicas sharing Store elect a leader.
 	Elect bool
 	// ReplicaID is this replica's name in the election.
@@ -37,7 +38,7 @@ type Lifecycle struct {
 	LeaderTTL time.Duration
 	// Follow are the follower's options (NewFollower); they must match
 	// the ones Lead gives New.
-	Follow []Opt
+	Follow []controlplane.Opt
 	// FollowerReplication: the follower's gRPC server also has the
 	// Replication service (replicator workers), answered by the leader's
 	// replication once this replica is elected.
@@ -52,17 +53,18 @@ type Lifecycle struct {
 	HTTP    string
 	HTTPTLS *tls.Config
 	// API builds the handler of the HTTP API for a term's control plane
-	// (httpapi.New, which imports this package). It MUST be set: Run
-	// refuses to start without it (ErrBadConfig), as a leader that
-	// answered no API could not be operated.
-	API func(*ControlPlane) http.Handler
+	// (httpapi.New). It MUST be set: Run refuses to start without it
+	// (controlplane.ErrBadConfig), as a leader that answered no API could
+	// not be operated.
+	API func(*controlplane.ControlPlane) http.Handler
 	// Admin is the listen address of Metrics at /metrics; "" for none.
 	Admin   string
 	Metrics http.Handler
 
 	// Lead builds the term of this process as leader: called once
 	// elected (at once without Elect), with the TakeoverMargin the term's
-	// control plane and replication need.
+	// control plane and replication need. Its control plane, on Store
+	// with a ReplicaID, needs controlplane.WithRecords(NewRecords(...)).
 	Lead func(ctx context.Context, takeoverMargin time.Duration) (*Term, error)
 	// Marker, if not nil, is told when this replica serves as the leader
 	// and when it stops.
@@ -72,10 +74,14 @@ type Lifecycle struct {
 
 // Term is what a replica runs while it leads.
 type Term struct {
-	CP *ControlPlane
+	CP *controlplane.ControlPlane
 	// Replicate copies the managed topics until its context, the term's,
 	// ends.
 	Replicate func(context.Context)
+	// Workers answers the Replication service while the term lasts: the
+	// replication.WorkerPool CP replicates with; nil when replication is
+	// in process.
+	Workers batonv1.ReplicationServer
 }
 
 // LeaderMarker tells whatever routes the HTTP API to the leader (a
@@ -115,7 +121,7 @@ type grpcServing struct {
 // following) or the leader's term fails or is lost (an error).
 func (l *Lifecycle) Run(ctx context.Context) error {
 	if l.API == nil {
-		return fmt.Errorf("%w: Lifecycle.API is not set: no handler for the HTTP API", ErrBadConfig)
+		return fmt.Errorf("%w: Lifecycle.API is not set: no handler for the HTTP API", controlplane.ErrBadConfig)
 	}
 	var (
 		lead *Leadership
@@ -152,7 +158,7 @@ func (l *Lifecycle) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if g, err = l.serveLeader(g, term.CP); err != nil {
+	if g, err = l.serveLeader(g, term); err != nil {
 		return err
 	}
 	return l.lead(ctx, lead, g, term)
@@ -198,13 +204,14 @@ func (l *Lifecycle) campaign(ctx context.Context, g *grpcServing) (*Leadership, 
 	return lead, err
 }
 
-// serveLeader serves cp on gRPC: on the follower's server g, through its
-// switches, or without Elect (g nil) on a server of its own.
-func (l *Lifecycle) serveLeader(g *grpcServing, cp *ControlPlane) (*grpcServing, error) {
+// serveLeader serves the term on gRPC: on the follower's server g,
+// through its switches, or without Elect (g nil) on a server of its own.
+func (l *Lifecycle) serveLeader(g *grpcServing, term *Term) (*grpcServing, error) {
+	cp := term.CP
 	if g != nil {
 		g.leases.Set(cp)
-		if w, ok := cp.cfg.repl.(batonv1.ReplicationServer); ok {
-			g.repl.Set(w)
+		if term.Workers != nil {
+			g.repl.Set(term.Workers)
 		}
 		return g, nil
 	}
@@ -213,7 +220,11 @@ func (l *Lifecycle) serveLeader(g *grpcServing, cp *ControlPlane) (*grpcServing,
 		return nil, &ListenError{Port: "grpc", Err: err}
 	}
 	g = &grpcServing{srv: grpc.NewServer(append(cp.ServerOptions(), grpc.Creds(l.GRPCCreds))...), ln: ln}
-	cp.Register(g.srv)
+	cp.XDS().Register(g.srv)
+	batonv1.RegisterLeaseServer(g.srv, cp)
+	if term.Workers != nil {
+		batonv1.RegisterReplicationServer(g.srv, term.Workers)
+	}
 	go func() { _ = g.srv.Serve(ln) }()
 	return g, nil
 }

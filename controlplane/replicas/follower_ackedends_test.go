@@ -1,4 +1,4 @@
-package controlplane
+package replicas
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/controlplane"
 	"github.com/baton-kafka/baton/migration"
 )
 
@@ -35,9 +36,9 @@ func TestFollowerRecordDropsAckedEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	ls, fs := replicaStores(t, ctx)
-	p := startPlaneStore(t, ctx, ls, "", k, ReplicaID("L"))
+	p := startPlaneStore(t, ctx, ls, k, controlplane.ReplicaID("L"))
 	f, _ := startFollower(t, ctx, fs, k, "F")
-	if _, err := p.cp.AddTopic(ctx, TopicSpec{Name: topic, State: migration.Proxy}, "test"); err != nil {
+	if _, err := p.cp.AddTopic(ctx, controlplane.TopicSpec{Name: topic, State: migration.Proxy}, "test"); err != nil {
 		t.Fatal(err)
 	}
 	v := p.cp.Version()

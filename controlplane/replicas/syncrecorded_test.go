@@ -1,17 +1,18 @@
-package controlplane
+package replicas
 
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/controlplane"
 	"github.com/baton-kafka/baton/migration"
 )
 
@@ -43,8 +44,8 @@ func (g *countGate) hit() {
 // records were written in between (etcd's watchBatchMaxRevs), etcd sends
 // the catching-up watch its events in batches, each response's header
 // revision the store's current one, the later events still to come.
-// watchRecorded takes that header as "every revision up to it delivered"
-// (watchedRev), so syncRecorded returns while a follower's grant that
+// Records.watch takes that header as "every revision up to it delivered"
+// (watched), so Sync returns while a follower's grant that
 // committed before it is not taken yet: a drain then would not wait for
 // the agent it granted.
 func TestSyncRecordedCoversEveryGrant(t *testing.T) {
@@ -62,7 +63,7 @@ func TestSyncRecordedCoversEveryGrant(t *testing.T) {
 	// New's second clock read is right after it read the records; the
 	// watch's record number fillers+1 is the follower's grant of "late".
 	inNew := newCountGate("controlplane.New(", 2)
-	inTake := newCountGate("controlplane.(*ControlPlane).takeRecorded(", fillers+1)
+	inTake := newCountGate("replicas.takeRecorded(", fillers+1)
 	var armed atomic.Bool
 	clock := func() time.Time {
 		inNew.hit()
@@ -81,12 +82,13 @@ func TestSyncRecordedCoversEveryGrant(t *testing.T) {
 		}
 	})
 	type started struct {
-		cp  *ControlPlane
+		cp  *controlplane.ControlPlane
 		err error
 	}
 	newDone := make(chan started, 1)
+	recs := NewRecords(ls, quiet)
 	go func() {
-		cp, err := New(ctx, resumeOpts(k, ls, ReplicaID("L"), Clock(clock))...)
+		cp, err := controlplane.New(ctx, leaderOpts(k, ls, recs, controlplane.ReplicaID("L"), controlplane.Clock(clock))...)
 		newDone <- started{cp, err}
 	}()
 	select {
@@ -95,13 +97,11 @@ func TestSyncRecordedCoversEveryGrant(t *testing.T) {
 		t.Fatal("New never read the clock")
 	}
 	// Records written after New read them, before its watch starts: other
-	// agents' refused reports, then a grant.
+	// agents' refused reports (a transaction, and a revision, each), then
+	// a grant.
 	for i := range fillers {
-		b, err := json.Marshal(Agent{Node: fmt.Sprintf("filler-%d", i), Replica: "F", Refused: "test"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := fs.cli.Put(ctx, keyAgents+fmt.Sprintf("filler-%d", i), string(b)); err != nil {
+		a := controlplane.Agent{Node: fmt.Sprintf("filler-%d", i), Replica: "F", Refused: "test"}
+		if err := fs.RecordReports(ctx, []controlplane.Agent{a}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -109,7 +109,7 @@ func TestSyncRecordedCoversEveryGrant(t *testing.T) {
 	if err != nil || !resp.GetGranted() {
 		t.Fatalf("the follower's grant: %v, %v", resp, err)
 	}
-	lateRev, err := fs.revision(ctx)
+	lateRev, err := fs.Revision(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,24 +135,25 @@ func TestSyncRecordedCoversEveryGrant(t *testing.T) {
 	}
 	sctx, scancel := context.WithTimeout(ctx, 5*time.Second)
 	defer scancel()
-	err = cp.syncRecorded(sctx)
-	cp.mu.Lock()
-	seen, known := cp.watchedRev, cp.agents["late"] != nil
-	cp.mu.Unlock()
+	err = recs.Sync(sctx)
+	recs.mu.Lock()
+	seen := recs.watched
+	recs.mu.Unlock()
+	known := slices.ContainsFunc(cp.Agents(), func(a controlplane.AgentView) bool { return a.Node == "late" })
 	if err == nil && !known {
-		t.Fatalf("syncRecorded returned (watchedRev %d >= grant's revision %d) while the follower's grant of late, committed before, "+
+		t.Fatalf("Sync returned (watched %d >= grant's revision %d) while the follower's grant of late, committed before, "+
 			"is not taken: the leader does not know late, and a drain would not wait for it", seen, lateRev)
 	}
 }
 
-// TestSyncRecordedWithAnEventFollower: syncRecorded asks the watch
+// TestSyncRecordedWithAnEventFollower: Records.Sync asks the watch
 // stream of its context's metadata for progress; every watch the leader's
 // etcd client makes with WithRequireLeader shares that stream, among them
 // Follow's (the HTTP API's `baton events --follow`), which starts at the
 // revision after the current one. etcd answers a progress request only
 // when every watch of the stream is synced and at or past its start
 // revision, so while nothing is written the request goes unanswered and
-// syncRecorded (a cutover's drain) waits, up to the cutover's deadline.
+// Sync (a cutover's drain) waits, up to the cutover's deadline.
 func TestSyncRecordedWithAnEventFollower(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts kfake clusters and embedded etcd")
@@ -161,19 +162,19 @@ func TestSyncRecordedWithAnEventFollower(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	k := startKafka(t, ctx)
-	etcd, err := OpenEmbedded(ctx, t.TempDir())
+	etcd, err := controlplane.OpenEmbedded(ctx, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = etcd.Close() })
-	ls, err := OpenEtcd(ctx, etcd.Endpoints())
+	ls, err := controlplane.OpenEtcd(ctx, etcd.Endpoints())
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := startPlaneStore(t, ctx, ls, "", k, ReplicaID("L"))
+	p := startPlaneStore(t, ctx, ls, k, controlplane.ReplicaID("L"))
 	// A write the record watch does not deliver (MIGRATING, an event):
 	// the watch is idle behind etcd's revision.
-	if _, err := p.cp.AddTopic(ctx, TopicSpec{Name: "quiet", State: migration.Proxy}, "test"); err != nil {
+	if _, err := p.cp.AddTopic(ctx, controlplane.TopicSpec{Name: "quiet", State: migration.Proxy}, "test"); err != nil {
 		t.Fatal(err)
 	}
 	fctx, fcancel := context.WithCancel(ctx)
@@ -184,8 +185,8 @@ func TestSyncRecordedWithAnEventFollower(t *testing.T) {
 	sctx, scancel := context.WithTimeout(ctx, 5*time.Second)
 	defer scancel()
 	start := time.Now()
-	if err := p.cp.syncRecorded(sctx); err != nil {
-		t.Fatalf("syncRecorded: %v after %v (%d progress requests unanswered): an idle record watch on the stream of an "+
-			"events follower is never asked for its progress successfully", err, time.Since(start).Round(time.Millisecond), p.cp.syncWaits.Load())
+	if err := p.records.Sync(sctx); err != nil {
+		t.Fatalf("Sync: %v after %v (%d progress requests unanswered): an idle record watch on the stream of an "+
+			"events follower is never asked for its progress successfully", err, time.Since(start).Round(time.Millisecond), p.records.syncWaits.Load())
 	}
 }

@@ -1,4 +1,4 @@
-package controlplane
+package replicas
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/baton-kafka/baton/controlplane"
 )
 
 // Leader election between control-plane replicas on one etcd
@@ -19,7 +21,8 @@ import (
 // write of it commits, so a leader that lost its election cannot change
 // the state. The others wait in the campaign, registered so that `baton
 // controlplane status` lists them, and serve routes and leases meanwhile
-// from the state they watch (follower.go).
+// from the state they watch (follower.go). The keys below are this
+// package's: the store's own keys are package controlplane's.
 
 const (
 	keyLeader   = "/baton/leader"
@@ -41,67 +44,73 @@ type Replica struct {
 // Campaign, leader once Campaign returns, until Lost is closed.
 type Leadership struct {
 	replica  Replica
-	store    *EtcdStore
+	store    *controlplane.EtcdStore
 	session  *concurrency.Session
 	election *concurrency.Election
+	fence    clientv3.Cmp // the term's: its leader key is still the one elected
 }
 
 // Campaign registers r and blocks until it is elected leader or ctx ends.
 // From then on every write through store is fenced on this term. ttl is
 // the etcd session (whole seconds, at least 1; DefaultLeaderTTL if 0).
-func Campaign(ctx context.Context, store *EtcdStore, r Replica, ttl time.Duration) (*Leadership, error) {
+func Campaign(ctx context.Context, store *controlplane.EtcdStore, r Replica, ttl time.Duration) (*Leadership, error) {
 	if ttl == 0 {
 		ttl = DefaultLeaderTTL
 	}
 	secs := int(math.Ceil(ttl.Seconds()))
 	if secs < 1 {
-		return nil, fmt.Errorf("%w: leader ttl %v: at least 1s", ErrBadConfig, ttl)
+		return nil, fmt.Errorf("%w: leader ttl %v: at least 1s", controlplane.ErrBadConfig, ttl)
 	}
 	if r.ID == "" {
-		return nil, fmt.Errorf("%w: replica id is empty", ErrBadConfig)
+		return nil, fmt.Errorf("%w: replica id is empty", controlplane.ErrBadConfig)
 	}
-	session, err := concurrency.NewSession(store.cli, concurrency.WithTTL(secs), concurrency.WithContext(context.WithoutCancel(ctx)))
+	cli := store.Client()
+	session, err := concurrency.NewSession(cli, concurrency.WithTTL(secs), concurrency.WithContext(context.WithoutCancel(ctx)))
 	if err != nil {
-		return nil, fmt.Errorf("controlplane: etcd session: %w", err)
+		return nil, fmt.Errorf("replicas: etcd session: %w", err)
 	}
 	b, err := json.Marshal(r)
 	if err != nil {
 		_ = session.Close()
 		return nil, err
 	}
-	if _, err := store.cli.Put(ctx, keyReplicas+r.ID, string(b), clientv3.WithLease(session.Lease())); err != nil {
+	if _, err := cli.Put(ctx, keyReplicas+r.ID, string(b), clientv3.WithLease(session.Lease())); err != nil {
 		_ = session.Close()
-		return nil, fmt.Errorf("controlplane: etcd: registering replica %s: %w", r.ID, err)
+		return nil, fmt.Errorf("replicas: etcd: registering replica %s: %w", r.ID, err)
 	}
 	e := concurrency.NewElection(session, keyLeader)
 	if err := e.Campaign(ctx, r.ID); err != nil {
 		_ = session.Close()
-		return nil, fmt.Errorf("controlplane: campaigning for leader: %w", err)
+		return nil, fmt.Errorf("replicas: campaigning for leader: %w", err)
 	}
 	fence := clientv3.Compare(clientv3.CreateRevision(e.Key()), "=", e.Rev())
-	store.fenceMu.Lock()
-	store.fence = &fence
-	store.fenceMu.Unlock()
-	return &Leadership{replica: r, store: store, session: session, election: e}, nil
+	store.SetFence(fence)
+	return &Leadership{replica: r, store: store, session: session, election: e, fence: fence}, nil
 }
 
 // Serving records the addresses the elected replica serves on, once bound
-// (the flags may name port 0).
+// (the flags may name port 0), fenced on the term like every write of the
+// store (controlplane.ErrNotLeader once it ended).
 func (l *Leadership) Serving(ctx context.Context, grpcAddr, httpURL string) error {
 	l.replica.GRPC, l.replica.HTTP = grpcAddr, httpURL
 	b, err := json.Marshal(l.replica)
 	if err != nil {
 		return err
 	}
-	if err := l.store.write(ctx, clientv3.OpPut(keyReplicas+l.replica.ID, string(b), clientv3.WithLease(l.session.Lease()))); err != nil {
-		return fmt.Errorf("controlplane: etcd: recording replica %s: %w", l.replica.ID, err)
+	put := clientv3.OpPut(keyReplicas+l.replica.ID, string(b), clientv3.WithLease(l.session.Lease()))
+	r, err := l.store.Client().Txn(ctx).If(l.fence).Then(put).Commit()
+	if err == nil && !r.Succeeded {
+		err = controlplane.ErrNotLeader
+	}
+	if err != nil {
+		return fmt.Errorf("replicas: etcd: recording replica %s: %w", l.replica.ID, err)
 	}
 	return nil
 }
 
 // Lost is closed when this replica's term ends: its etcd session expired
 // or was closed. The control plane MUST stop then; its writes fail with
-// ErrNotLeader already.
+// controlplane.ErrNotLeader already.
 func (l *Leadership) Lost() <-chan struct{} { return l.session.Done() }
 
 // Resign ends the term at once (a clean stop), so another replica is
@@ -133,12 +142,13 @@ type EtcdMember struct {
 
 // Status reads the replicas, the leader, each etcd endpoint's health and
 // the agents holding leases per replica from store's etcd.
-func Status(ctx context.Context, store *EtcdStore) (ClusterStatus, error) {
+func Status(ctx context.Context, store *controlplane.EtcdStore) (ClusterStatus, error) {
 	st := ClusterStatus{Agents: map[string]int{}}
-	for _, ep := range store.cli.Endpoints() {
+	cli := store.Client()
+	for _, ep := range cli.Endpoints() {
 		m := EtcdMember{Endpoint: ep}
 		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		r, err := store.cli.Status(sctx, ep)
+		r, err := cli.Status(sctx, ep)
 		cancel()
 		if err != nil {
 			m.Error = err.Error()
@@ -150,9 +160,9 @@ func Status(ctx context.Context, store *EtcdStore) (ClusterStatus, error) {
 		}
 		st.Etcd = append(st.Etcd, m)
 	}
-	rs, err := store.cli.Get(ctx, keyReplicas, clientv3.WithPrefix())
+	rs, err := cli.Get(ctx, keyReplicas, clientv3.WithPrefix())
 	if err != nil {
-		return st, fmt.Errorf("controlplane: etcd: %w", err)
+		return st, fmt.Errorf("replicas: etcd: %w", err)
 	}
 	for _, kv := range rs.Kvs {
 		var r Replica
@@ -161,9 +171,9 @@ func Status(ctx context.Context, store *EtcdStore) (ClusterStatus, error) {
 		}
 	}
 	// The leader is the campaign key with the lowest create revision.
-	lr, err := store.cli.Get(ctx, keyLeader+"/", clientv3.WithFirstCreate()...)
+	lr, err := cli.Get(ctx, keyLeader+"/", clientv3.WithFirstCreate()...)
 	if err != nil {
-		return st, fmt.Errorf("controlplane: etcd: %w", err)
+		return st, fmt.Errorf("replicas: etcd: %w", err)
 	}
 	if len(lr.Kvs) > 0 {
 		st.Leader = string(lr.Kvs[0].Value)

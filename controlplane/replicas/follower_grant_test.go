@@ -1,4 +1,4 @@
-package controlplane
+package replicas
 
 import (
 	"bytes"
@@ -11,10 +11,11 @@ import (
 	"time"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/controlplane"
 	"github.com/baton-kafka/baton/migration"
 )
 
-// watchGate holds the leader's record watch (watchRecorded ->
+// watchGate holds the leader's record watch (Records.watch ->
 // takeRecorded) at its next record until released: it stands for a watch
 // that delivers a moment late, which it may always do.
 type watchGate struct {
@@ -45,7 +46,7 @@ func (g *watchGate) now() time.Time {
 // is refused by the follower and recorded (r2, no grant), over r1 in
 // etcd. A cutover starts: the drain must wait for n, whose lease runs,
 // though the latest record of n holds no grant: the leader takes every
-// revision of the records, in order, before it drains (syncRecorded).
+// revision of the records, in order, before it drains (Records.Sync).
 func TestFollowerGrantLostBehindLaterRecord(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts kfake clusters and embedded etcd")
@@ -57,7 +58,7 @@ func TestFollowerGrantLostBehindLaterRecord(t *testing.T) {
 	k := startKafka(t, ctx)
 	ls, fs := replicaStores(t, ctx)
 	gate := newWatchGate()
-	p := startPlaneStore(t, ctx, ls, "", k, ReplicaID("L"), Clock(gate.now), LeaseDuration(lease))
+	p := startPlaneStore(t, ctx, ls, k, controlplane.ReplicaID("L"), controlplane.Clock(gate.now), controlplane.LeaseDuration(lease))
 	// Registered after the plane's cleanup, so it runs first: the plane
 	// stops only once its watch can go on.
 	t.Cleanup(func() {
@@ -67,10 +68,10 @@ func TestFollowerGrantLostBehindLaterRecord(t *testing.T) {
 			close(gate.released)
 		}
 	})
-	f, _ := startFollower(t, ctx, fs, k, "F", LeaseDuration(lease))
+	f, _ := startFollower(t, ctx, fs, k, "F", controlplane.LeaseDuration(lease))
 
 	k.produce(t, ctx, "t", 20)
-	if _, err := p.cp.AddTopic(ctx, TopicSpec{Name: "t", State: migration.Proxy}, "test"); err != nil {
+	if _, err := p.cp.AddTopic(ctx, controlplane.TopicSpec{Name: "t", State: migration.Proxy}, "test"); err != nil {
 		t.Fatal(err)
 	}
 	v1 := p.cp.Version()
@@ -89,7 +90,7 @@ func TestFollowerGrantLostBehindLaterRecord(t *testing.T) {
 	}
 
 	// Another change: n has not applied it when it heartbeats next.
-	if _, err := p.cp.AddTopic(ctx, TopicSpec{Name: "other", State: migration.Proxy}, "test"); err != nil {
+	if _, err := p.cp.AddTopic(ctx, controlplane.TopicSpec{Name: "other", State: migration.Proxy}, "test"); err != nil {
 		t.Fatal(err)
 	}
 	v2 := p.cp.Version()
@@ -105,11 +106,10 @@ func TestFollowerGrantLostBehindLaterRecord(t *testing.T) {
 	if err != nil || top.Cutover == nil {
 		t.Fatalf("t after migrate: %+v, %v", top, err)
 	}
-	co := *top.Cutover
 	// The cutover's drain starts: it waits for the held watch (or, read
 	// past it, merged r2 alone). Then the watch goes on.
 	eventually(t, ctx, "the drain waits for the watch, or read n's refused record", func() bool {
-		if p.cp.syncWaits.Load() > 0 {
+		if p.records.syncWaits.Load() > 0 {
 			return true
 		}
 		for _, a := range p.cp.Agents() {
@@ -124,27 +124,29 @@ func TestFollowerGrantLostBehindLaterRecord(t *testing.T) {
 	// n holds a lease (from F) until grantedUntil, and never reported
 	// drained: the drain must wait for it.
 	eventually(t, ctx, "the cutover waits for n, or drains without it", func() bool {
-		if slices.Contains(kinds(t, ctx, p, "t"), EventDrained) {
+		if slices.Contains(kinds(t, ctx, p, "t"), controlplane.EventDrained) {
 			if time.Now().Before(grantedUntil) {
 				t.Fatalf("the cutover drained while n holds a lease the follower granted until %s (%v left); leader's view of n: %+v; events: %v",
 					grantedUntil.Format(time.RFC3339Nano), time.Until(grantedUntil).Round(time.Millisecond), agentView(p, "n"), eventLines(t, ctx, p, "t"))
 			}
 			return true
 		}
-		for _, w := range p.cp.pendingAgents("t", co.Version).Waiting {
-			if w.Node == "n" {
-				return true
-			}
+		evs, err := p.cp.Events(ctx, "t", 0)
+		if err != nil {
+			t.Fatal(err)
 		}
-		return false
+		// The drain said it waits for n (cutover.Drain listed it waiting).
+		return slices.ContainsFunc(evs, func(e controlplane.Event) bool {
+			return e.Kind == controlplane.EventWaitingOnAgent && e.Agent == "n"
+		})
 	})
 }
 
-func agentView(p *plane, node string) AgentView {
+func agentView(p *plane, node string) controlplane.AgentView {
 	for _, a := range p.cp.Agents() {
 		if a.Node == node {
 			return a
 		}
 	}
-	return AgentView{}
+	return controlplane.AgentView{}
 }
