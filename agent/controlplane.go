@@ -286,12 +286,14 @@ func (a *Agent) sourceFenceRefused(topic string, code int16) int16 {
 	return retriable
 }
 
-// forwardDeadline is F for a produce to topics: the smallest of their
-// routes' deadlines, as the control plane pushed them, else the control
-// plane's own F from the last lease answer, else the agent's option (static
-// routes). The control plane's silent-agent wait counts with the same F, so
-// an agent never keeps a request uncertain longer than the control plane
-// waits for it.
+// forwardDeadline is F for topics: the smallest of their routes'
+// deadlines, as the control plane pushed them, else the control plane's own
+// F from the last lease answer, else the agent's option (static routes);
+// capped without a valid lease. It ends the in-flight count of a request
+// whose answer is lost; the wait for a produce's answer (waitCall) asks it
+// for no topic, so that wait is the control plane's F. The control plane's
+// silent-agent wait counts with the larger of the two, so an agent never
+// keeps a request uncertain longer than the control plane waits for it.
 func (a *Agent) forwardDeadline(topics []string) time.Duration {
 	f := a.heldForwardDeadline(topics)
 	if a.cp != nil && !a.leaseValid() {

@@ -54,10 +54,12 @@ func (e *ackedEnds) of(topic string) map[int32]int64 {
 }
 
 // inflight counts forwarded produce requests per topic that the source
-// may still write. A request stops counting when the source answers it, or,
-// when the answer is lost (deadline, connection closed), one forward
-// deadline after it was sent: the broker may still be working on it until
-// then, and the control plane must not count the topic drained before.
+// may still write. A request stops counting when the source answers it,
+// even late (one answered retriable at the forward deadline counts on until
+// its answer comes); when its connection dies, one forward deadline after
+// the death; an acks=0 request, one forward deadline after it was sent. The
+// broker may still be working on it until then, and the control plane must
+// not count the topic drained before.
 type inflight struct {
 	mu sync.Mutex
 	n  map[string]int
