@@ -6,6 +6,7 @@ package bufpool
 import (
 	"math/bits"
 	"sync"
+	"unsafe"
 )
 
 const (
@@ -13,6 +14,10 @@ const (
 	maxClass = 26 // 64 MiB; larger buffers are not pooled
 )
 
+// pools[c] holds buffers of capacity 1<<c, each as a pointer to its first
+// byte: a pointer converts to an interface without allocating, where a
+// slice header (or a new *[]byte per Put) would allocate on every Put. The
+// pointer keeps the whole buffer alive.
 var pools [maxClass + 1]sync.Pool
 
 // Get returns a buffer of length n whose contents are undefined. Its
@@ -25,8 +30,8 @@ func Get(n int) []byte {
 	if class > maxClass {
 		return make([]byte, n)
 	}
-	if p, ok := pools[class].Get().(*[]byte); ok {
-		return (*p)[:n]
+	if p, ok := pools[class].Get().(*byte); ok {
+		return unsafe.Slice(p, 1<<class)[:n]
 	}
 	return make([]byte, n, 1<<class)
 }
@@ -43,6 +48,5 @@ func Put(b []byte) {
 	if class < minClass || class > maxClass {
 		return
 	}
-	b = b[:0]
-	pools[class].Put(&b)
+	pools[class].Put(&b[:1][0])
 }
