@@ -25,7 +25,7 @@ func TestGetPut(t *testing.T) {
 		}
 		Put(again)
 	}
-	Put(make([]byte, 3, 3)) // not a pooled class: dropped
+	Put(make([]byte, 3)) // not a pooled class: dropped
 	Put(nil)
 }
 
