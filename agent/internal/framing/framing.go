@@ -95,6 +95,7 @@ type Reader struct {
 	maxFrame     int32
 	frameTimeout time.Duration
 	idleTimeout  time.Duration
+	sz           [4]byte // a frame's size, read here: a local would escape
 }
 
 // NewReader returns a Reader of nc charging budget.
@@ -124,11 +125,10 @@ func (r *Reader) Next(ctx context.Context) ([]byte, error) {
 	}
 	deadline := time.Now().Add(r.frameTimeout)
 	r.nc.SetReadDeadline(deadline)
-	var sz [4]byte
-	if _, err := io.ReadFull(r.br, sz[:]); err != nil {
+	if _, err := io.ReadFull(r.br, r.sz[:]); err != nil {
 		return nil, r.partialErr(err)
 	}
-	n := int32(binary.BigEndian.Uint32(sz[:]))
+	n := int32(binary.BigEndian.Uint32(r.sz[:]))
 	switch {
 	case n < 0 || n > r.maxFrame:
 		return nil, fmt.Errorf("%w: %d bytes, max %d (MaxFrameBytes, --max-frame-bytes)", ErrFrameTooLarge, uint32(n), r.maxFrame)
@@ -148,28 +148,18 @@ func (r *Reader) Next(ctx context.Context) ([]byte, error) {
 		if have == len(buf) {
 			grown := min(int(n), max(firstChunk, 2*len(buf)))
 			more := int64(grown - len(buf))
-			waited := time.Now()
-			if err := r.budget.conn.Acquire(ctx, more); err != nil {
+			was := deadline
+			var err error
+			if deadline, err = r.acquire(ctx, more, deadline, have, int(n)); err != nil {
 				return fail(err)
 			}
-			deadline = deadline.Add(time.Since(waited))
-			gctx, cancel := context.WithDeadline(ctx, deadline)
-			err := r.budget.b.global.Acquire(gctx, more)
-			cancel()
-			if err != nil {
-				r.budget.conn.Release(more)
-				if ctx.Err() == nil {
-					err = fmt.Errorf("%w: %d of %d bytes read in %s, waiting for the agent's buffer space (BufferedBytes, --buffered-bytes)",
-						ErrFrameTimeout, have, n, r.frameTimeout)
-				}
-				return fail(err)
-			}
-			r.budget.b.held.Add(more)
 			next := bufpool.Get(grown)
 			copy(next, buf[:have])
 			bufpool.Put(buf)
 			buf = next
-			r.nc.SetReadDeadline(deadline)
+			if !deadline.Equal(was) { // moved on by a wait for the budget
+				r.nc.SetReadDeadline(deadline)
+			}
 		}
 		m, err := r.br.Read(buf[have:])
 		have += m
@@ -181,6 +171,38 @@ func (r *Reader) Next(ctx context.Context) ([]byte, error) {
 		}
 	}
 	return buf, nil
+}
+
+// acquire charges more bytes (of a frame of n, have read) to the
+// connection's budget, then the agent's, and returns deadline moved on by
+// the wait for the connection's own. Space free in both, the common case,
+// is taken without a timer or a context.
+func (r *Reader) acquire(ctx context.Context, more int64, deadline time.Time, have, n int) (time.Time, error) {
+	if r.budget.conn.TryAcquire(more) {
+		if r.budget.b.global.TryAcquire(more) {
+			r.budget.b.held.Add(more)
+			return deadline, nil
+		}
+	} else {
+		waited := time.Now()
+		if err := r.budget.conn.Acquire(ctx, more); err != nil {
+			return deadline, err
+		}
+		deadline = deadline.Add(time.Since(waited))
+	}
+	gctx, cancel := context.WithDeadline(ctx, deadline)
+	err := r.budget.b.global.Acquire(gctx, more)
+	cancel()
+	if err != nil {
+		r.budget.conn.Release(more)
+		if ctx.Err() == nil {
+			err = fmt.Errorf("%w: %d of %d bytes read in %s, waiting for the agent's buffer space (BufferedBytes, --buffered-bytes)",
+				ErrFrameTimeout, have, n, r.frameTimeout)
+		}
+		return deadline, err
+	}
+	r.budget.b.held.Add(more)
+	return deadline, nil
 }
 
 // partialErr is err for a frame cut short.
