@@ -45,6 +45,9 @@ type router struct {
 	// vias are where this connection's produce went (viaFor); only the
 	// request side (dispatch) touches them.
 	vias []*via
+	// waitTimer times a produce's forward deadline (waitCall); only the
+	// response side, which waits for one answer at a time, touches it.
+	waitTimer *time.Timer
 
 	// own holds upstream connections of this client connection alone, for
 	// the requests a broker may park (see parks). Closed with the client
@@ -499,9 +502,11 @@ func (r *router) waitCall(ctx context.Context, cl *upstream.Call, key int16) ([]
 	if key != 0 {
 		return cl.Wait(ctx)
 	}
-	ctx, cancel := context.WithDeadline(ctx, cl.Start().Add(r.a.forwardDeadline(nil)))
-	defer cancel()
-	body, err := cl.Wait(ctx)
+	if r.waitTimer == nil {
+		r.waitTimer = time.NewTimer(time.Hour)
+		r.waitTimer.Stop()
+	}
+	body, err := cl.WaitUntil(ctx, cl.Start().Add(r.a.forwardDeadline(nil)), r.waitTimer)
 	if errors.Is(err, context.DeadlineExceeded) {
 		err = fmt.Errorf("%w: %s: %w", errForwardDeadline, cl.Conn().Addr(), err)
 	}

@@ -231,7 +231,8 @@ func (u *Cluster) sendv(ctx context.Context, addr string, idx uint64, key, ver i
 }
 
 // SendvOn writes a request whose body is the concatenation of segs (one
-// writev; the segments are neither copied nor kept). With want nil it is
+// writev on TCP, the segments not copied; one write of a copy on TLS; the
+// segments are not kept). With want nil it is
 // Send: on pooled connection slot, written once more on a fresh
 // connection if that one had died.
 //

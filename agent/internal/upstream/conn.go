@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/baton-kafka/baton/agent/internal/framing"
+	"github.com/baton-kafka/baton/internal/bufpool"
 	"github.com/baton-kafka/baton/internal/errprefix"
 )
 
@@ -31,10 +32,11 @@ type Conn struct {
 	// deadline follows the oldest outstanding request.
 	stallTimeout time.Duration
 
-	wmu  sync.Mutex
-	corr int32
-	buf  []byte
-	iov  [][]byte
+	wmu    sync.Mutex
+	corr   int32
+	buf    []byte
+	iov    [][]byte
+	writev bool // nc writes a frame's segments with one writev (TCP, not TLS)
 
 	qmu   sync.Mutex
 	queue []*Call // written, unanswered, in write order
@@ -81,9 +83,11 @@ func dial(ctx context.Context, addr string, dialTimeout, stallTimeout time.Durat
 	if nc, err = sec.secure(ctx, nc, addr); err != nil {
 		return nil, err
 	}
+	_, tcp := nc.(*net.TCPConn)
 	c := &Conn{
 		addr:         addr,
 		nc:           nc,
+		writev:       tcp,
 		stallTimeout: stallTimeout,
 		dead:         make(chan struct{}),
 	}
@@ -151,7 +155,7 @@ func (c *Conn) Send(key, ver int16, clientID *string, body []byte, expectResp bo
 }
 
 // sendv writes one request whose body is the concatenation of segs, with
-// one writev and without copying the segments. An error wrapping
+// one system call (see write). An error wrapping
 // ErrNotSent means the broker cannot have seen the request.
 //
 // A retiring connection (replaced before its SASL session ends) takes only
@@ -180,10 +184,7 @@ func (c *Conn) sendv(key, ver int16, clientID *string, segs [][]byte, expectResp
 			return nil, err
 		}
 	}
-	c.iov = append(append(c.iov[:0], c.buf), segs...)
-	bufs := net.Buffers(c.iov)
-	_, err := bufs.WriteTo(c.nc)
-	clear(c.iov) // drop references to the caller's buffers
+	err := c.write(segs, size+4)
 	if err != nil {
 		// Part of the frame at most reached the broker, which acts only
 		// on whole frames: not sent.
@@ -194,6 +195,28 @@ func (c *Conn) sendv(key, ver int16, clientID *string, segs [][]byte, expectResp
 		return nil, nil
 	}
 	return cl, nil
+}
+
+// write writes c.buf then segs, n bytes in all, with one system call on a
+// TCP connection (writev, the segments not copied). On any other (TLS) a
+// Write per segment would be a record and a system call each, the header
+// alone in one of 30-odd bytes: the frame is copied into one pooled buffer
+// and written at once, in records of the most TLS allows.
+func (c *Conn) write(segs [][]byte, n int) error {
+	if c.writev {
+		c.iov = append(append(c.iov[:0], c.buf), segs...)
+		bufs := net.Buffers(c.iov)
+		_, err := bufs.WriteTo(c.nc)
+		clear(c.iov) // drop references to the caller's buffers
+		return err
+	}
+	frame := append(bufpool.Get(n)[:0], c.buf...)
+	for _, s := range segs {
+		frame = append(frame, s...)
+	}
+	_, err := c.nc.Write(frame)
+	bufpool.Put(frame)
+	return err
 }
 
 // Expiring says whether c should no longer take new requests because its
@@ -349,6 +372,34 @@ func (cl *Call) Settled() (answered bool, died time.Time) {
 		return true, time.Time{}
 	}
 	return false, time.Unix(0, cl.conn.diedAt.Load())
+}
+
+// WaitUntil is Wait that also gives up at deadline, with
+// context.DeadlineExceeded, on t: a timer of the caller's, which it stops
+// (or drains) and may use again for its next call, so that a wait costs
+// no timer or context of its own. t MUST NOT be used by two waits at once.
+func (cl *Call) WaitUntil(ctx context.Context, deadline time.Time, t *time.Timer) ([]byte, error) {
+	select {
+	case <-cl.done:
+		return cl.resp, cl.err
+	default:
+	}
+	t.Reset(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-cl.done:
+		return cl.resp, cl.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-t.C:
+		// The answer may have come at the deadline too: it wins.
+		select {
+		case <-cl.done:
+			return cl.resp, cl.err
+		default:
+		}
+		return nil, context.DeadlineExceeded
+	}
 }
 
 // Wait waits for cl's answer: the response body after its header, or an
