@@ -173,12 +173,6 @@ func (p *protections) Protect(_ context.Context, topic string) error {
 
 func (p *protections) Lift(context.Context, string) error { return nil }
 
-func (p *protections) count(topic string) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.got[topic]
-}
-
 // slowCopy is a replication whose copy reaches the source's end offsets
 // (1 per partition 0) copy after the cutover raised the topic's priority.
 type slowCopy struct {
