@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/controlplane/acl"
 	"github.com/baton-kafka/baton/controlplane/cutover"
 	"github.com/baton-kafka/baton/controlplane/shadow"
 	"github.com/baton-kafka/baton/migration"
@@ -162,14 +163,10 @@ type ControlPlane struct {
 	dirty   map[string]bool
 	runs    map[string]*run
 	changed chan struct{}
-	// guards are the topics whose destination write guard is being
-	// restored in the background (guardLoop); wakeGuards wakes it.
-	guards     map[string]*guardRestore
-	wakeGuards chan struct{}
-	// guardMu serializes calls into the write guard: a Protect of the
-	// guard loop never runs once the cutover's Lift began (it re-checks
-	// the topic's state under guardMu first).
-	guardMu sync.Mutex
+	// keeper restores the destination write guard in the background and
+	// serializes it with the cutover's Lift; it keeps its own state and
+	// locks, and may be called with cp.mu held (aclhost.go).
+	keeper *acl.Keeper
 	// catchUp holds, per topic whose cutover waits for the copy to reach
 	// the source's end offsets, the channel (buffer 1) that noteProgress
 	// signals at each advance (driver.go).
@@ -246,9 +243,9 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 	cp := &ControlPlane{cfg: cfg, log: cfg.log.With("component", "controlplane"), now: cfg.now, store: cfg.store,
 		topics: map[string]*Topic{}, agents: map[string]*Agent{}, dirty: map[string]bool{},
 		runs: map[string]*run{}, changed: make(chan struct{}),
-		guards: map[string]*guardRestore{}, wakeGuards: make(chan struct{}, 1),
 		recorded: map[string]int64{}, cutoverMetrics: cm}
 	cp.gateChecks = cp.gates()
+	cp.keeper = newKeeper(cp)
 	if err := cfg.registry.Register(stateCollector{cp}); err != nil {
 		return nil, fmt.Errorf("%w: registry: %w", ErrBadConfig, err)
 	}
@@ -314,7 +311,7 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 		go func() { defer cp.wg.Done(); r.Watch(cp.ctx, cp, agentsRev) }()
 	}
 	cp.wg.Add(2)
-	go func() { defer cp.wg.Done(); cp.guardLoop() }()
+	go func() { defer cp.wg.Done(); cp.keeper.Run(cp.ctx) }()
 	go func() { defer cp.wg.Done(); cp.shadow.Run(cp.ctx) }()
 	if r, ok := cfg.repl.(SourceReader); ok {
 		r.OnSourceRead(cp.shadow.NoteSourceRead)
@@ -342,7 +339,7 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 			return nil, err
 		}
 	}
-	if err := cp.promiseFences(ctx); err != nil {
+	if err := cp.keeper.PromiseAll(ctx); err != nil {
 		cp.Close()
 		return nil, err
 	}
@@ -350,7 +347,7 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 		if t.State == migration.Reject || t.State == migration.Proxy {
 			// In the background: a destination that is down must not keep
 			// the control plane (and every agent's lease) from starting.
-			cp.restoreGuard(t.Name, false)
+			cp.keeper.Restore(t.Name, false)
 			if err := cp.cfg.repl.Start(t.Name); err != nil {
 				cp.Close()
 				return nil, fmt.Errorf("controlplane: starting replication of %s: %w", t.Name, err)
@@ -652,9 +649,7 @@ func (cp *ControlPlane) Status(name string) (TopicStatus, error) {
 	if l, ok := cp.shadow.Latency(name); ok && needsLatency(&t) {
 		st.DestinationLatency = &DestinationLatency{P50: l.P50, P99: l.P99, Samples: l.Samples, MeasuredAt: l.At}
 	}
-	cp.mu.Lock()
-	st.GuardRestore = cp.guardPendingLocked(name)
-	cp.mu.Unlock()
+	st.GuardRestore = failedRestore(cp.keeper, name)
 	st.Findings = cp.shadow.OpenFindings(name, "", 0)
 	if t.State != migration.Complete {
 		if st.Lag, err = cp.cfg.repl.Lag(name); err != nil {
@@ -726,11 +721,7 @@ func (cp *ControlPlane) AddTopic(ctx context.Context, spec TopicSpec, actor stri
 	if exists { // checked again below, under the lock: this spares the reads
 		return Topic{}, fmt.Errorf("%w: %s", ErrTopicExists, spec.Name)
 	}
-	promised, err := cp.fencePromised(ctx, spec.Name)
-	if err != nil {
-		return Topic{}, err
-	}
-	leftUp, err := cp.fenceLeftUp(ctx, spec.Name)
+	promised, leftUp, err := cp.keeper.Adding(ctx, spec.Name)
 	if err != nil {
 		return Topic{}, err
 	}
@@ -742,7 +733,7 @@ func (cp *ControlPlane) AddTopic(ctx context.Context, spec TopicSpec, actor stri
 		cp.mu.Unlock()
 		return Topic{}, fmt.Errorf("%w: %s", ErrTopicExists, spec.Name)
 	}
-	t := Topic{TopicSpec: spec, FenceAtCutover: cp.fenced() || promised, SourceFenceUp: leftUp}
+	t := Topic{TopicSpec: spec, FenceAtCutover: promised, SourceFenceUp: leftUp}
 	err = cp.commitLocked(ctx, t, false)
 	t = *cp.topics[spec.Name]
 	cp.mu.Unlock()
@@ -753,7 +744,7 @@ func (cp *ControlPlane) AddTopic(ctx context.Context, spec TopicSpec, actor stri
 		cp.log.Error("starting replication", "topic", spec.Name, "err", err)
 	}
 	if leftUp {
-		cp.restoreGuard(spec.Name, false) // lifts the fence an earlier cutover left up
+		cp.keeper.Restore(spec.Name, false) // lifts the fence an earlier cutover left up
 	}
 	cp.event(ctx, Event{Topic: t.Name, Kind: EventAdded, To: t.State.String(), Actor: actor, Version: t.Version})
 	return t, nil

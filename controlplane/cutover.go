@@ -39,12 +39,12 @@ func (cp *ControlPlane) Migrate(ctx context.Context, name, actor string, force .
 	diverged := cp.cfg.repl.Diverged(name)
 	lagRefusal, lag := cp.checkLagLocked(name)
 	forced, stand := splitForced(append(lagRefusal, refusals...), force)
-	switch g := cp.guardPendingLocked(name); {
-	case t.FenceAtCutover && !cp.fenced():
+	switch g := failedRestore(cp.keeper, name); {
+	case t.FenceAtCutover && !cp.cfg.fenced():
 		refused = "its routes told agents the source is fenced at the cutover (they may forward it without a lease), " +
 			"and this control plane runs without a source fence: restart it with --source-fence=acl and the source's admin credentials"
 	case t.SourceFenceUp:
-		// Lifted in the background (restoreOne): a lift still on its way
+		// Lifted in the background (acl.Keeper): a lift still on its way
 		// would take down this cutover's fence after it found it up.
 		refused = "the source fence of its last cutover, rolled back, is still up: it is being lifted in the background (see status)"
 	case len(diverged) > 0:
@@ -188,7 +188,7 @@ func (cp *ControlPlane) resume(ctx context.Context, name string, co Cutover) err
 // replication restarted at normal priority, and the destination write
 // guard restored in the background. It never waits for the destination:
 // agents route PROXY to the source, so producers are back on S while the
-// guard is restored (see restoreGuard). kind ("" for none) is the event
+// guard is restored (see acl.Keeper.Restore). kind ("" for none) is the event
 // saying why, before rolled_back.
 func (cp *ControlPlane) rollback(ctx context.Context, name string, co Cutover, kind, actor, reason string) error {
 	base := Event{Topic: name, Actor: actor, Attempt: co.Attempt, Reason: reason, StartedAt: co.StartedAt}
@@ -247,7 +247,7 @@ func (cp *ControlPlane) rollback(ctx context.Context, name string, co Cutover, k
 	e := base
 	e.Kind, e.From, e.To, e.Version = EventRolledBack, migration.Migrating.String(), migration.Proxy.String(), v
 	cp.event(ctx, e)
-	cp.restoreGuard(name, true)
+	cp.keeper.Restore(name, true)
 	if err := cp.cfg.repl.Start(name); err != nil {
 		return fmt.Errorf("restarting replication: %w", err)
 	}

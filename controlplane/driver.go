@@ -37,7 +37,7 @@ type driver struct {
 
 // rules are the cutover rules' parameters of this control plane.
 func (cp *ControlPlane) rules() cutover.Config {
-	return cutover.Config{Lease: cp.cfg.lease, Forward: cp.cfg.forward, Fenced: cp.fenced(),
+	return cutover.Config{Lease: cp.cfg.lease, Forward: cp.cfg.forward, Fenced: cp.cfg.fenced(),
 		UnleasedForward: migration.UnleasedForwardDeadline}
 }
 
@@ -202,10 +202,8 @@ func (d *driver) do(act cutover.Action) cutover.Event {
 		d.recent = recent
 		return cutover.ReplicationStopped{Final: final, Diverged: d.diverged(), Result: d.result(err)}
 	case cutover.LiftGuard:
-		cp.guardMu.Lock()
-		err := cp.cfg.guard.Lift(d.dctx, name)
-		cp.guardMu.Unlock()
-		return cutover.GuardLifted{Result: d.result(err)}
+		// Never under a restore's Protect (acl.Keeper.LiftGuard).
+		return cutover.GuardLifted{Result: d.result(cp.keeper.LiftGuard(d.dctx, name))}
 	case cutover.StoreComplete:
 		return d.storeComplete()
 	}

@@ -423,9 +423,7 @@ func TestSourceFenceNotLiftedUnderTheNextCutover(t *testing.T) {
 	}
 	waitState(t, ctx, p, topic, migration.Complete)
 	wait.For(t, 20*time.Second, "the restore is done", func() string {
-		p.cp.mu.Lock()
-		defer p.cp.mu.Unlock()
-		if _, ok := p.cp.guards[topic]; ok {
+		if _, ok := p.cp.keeper.Pending(topic); ok {
 			return "still queued"
 		}
 		return ""
@@ -488,12 +486,10 @@ func rollBackFenced(t *testing.T, ctx context.Context, p *plane, k *kafkaEnv, to
 // and waits until it succeeded.
 func restoreSettled(t *testing.T, p *plane, topic string) {
 	t.Helper()
-	p.cp.restoreGuard(topic, false)
+	p.cp.keeper.Restore(topic, false)
 	wait.For(t, 20*time.Second, topic+"'s restore done", func() string {
-		p.cp.mu.Lock()
-		defer p.cp.mu.Unlock()
-		if g, ok := p.cp.guards[topic]; ok {
-			return fmt.Sprintf("queued, %d failures, last %s", g.failures, g.lastErr)
+		if g, ok := p.cp.keeper.Pending(topic); ok {
+			return fmt.Sprintf("queued, %d failures, last %s", g.Failures, g.LastErr)
 		}
 		return ""
 	})
@@ -561,7 +557,7 @@ func TestSourceFenceNotLeftBehindByRemoval(t *testing.T) {
 // so the promise must outlive the topic's removal: a control plane without
 // a fence that removes and adds the topic again must still refuse its
 // cutover, or a cut-off agent's produce acked by the source after the end
-// offsets is lost. The removed event keeps the promise (fencePromised).
+// offsets is lost. The removed event keeps the promise (acl.Keeper.Adding).
 func TestSourceFencePromiseOutlivesRemoval(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts kfake clusters and embedded etcd")

@@ -2,13 +2,11 @@ package controlplane
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
-	"github.com/baton-kafka/baton/controlplane/acl"
 	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/replicator"
@@ -174,67 +172,6 @@ func (p *protections) Protect(_ context.Context, topic string) error {
 }
 
 func (p *protections) Lift(context.Context, string) error { return nil }
-
-func (p *protections) count(topic string) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.got[topic]
-}
-
-// liftRefused is a source fence whose lift the source refuses (the
-// admin lost ALTER on the cluster, say).
-type liftRefused struct{ clockedFence }
-
-func (*liftRefused) Lift(context.Context, string) error {
-	return fmt.Errorf("%w: lifting: CLUSTER_AUTHORIZATION_FAILED", acl.ErrFence)
-}
-
-// The rollback's source-fence lift runs in the guard restore loop, whose
-// rounds end at the first failure ("the destination is likely down for
-// all"). A lift that keeps failing for one topic, for a reason of the
-// source's (its admin refused, or a leader without a fence), must not keep
-// every topic after it from having its destination write guard restored.
-func TestFailingFenceLiftBlocksNoOtherGuardRestore(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		name  string
-		fence SourceFence
-		up    bool // the first topic's fence is up since a rolled-back cutover
-	}{
-		{"no fence to lift (control case)", &clockedFence{}, false},
-		{"a leader without a source fence", NoFence{}, true},
-		{"the source refuses the lift", &liftRefused{}, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			st := NewMemStore()
-			for _, top := range []Topic{
-				{TopicSpec: TopicSpec{Name: "a-rolled-back", State: migration.Proxy}, FenceAtCutover: true, SourceFenceUp: tc.up},
-				{TopicSpec: TopicSpec{Name: "b-rolled-back", State: migration.Proxy}, FenceAtCutover: true},
-			} {
-				if err := st.PutTopic(ctx, top, 1); err != nil {
-					t.Fatal(err)
-				}
-			}
-			guard := &protections{}
-			cp, err := New(ctx, WithStore(st), WithReplication(caughtUp{}), WithSourceFence(tc.fence), WithGuard(guard),
-				Logger(quiet), Clusters(&batonv1.Cluster{Name: "source"}, &batonv1.Cluster{Name: "destination"}))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cp.Close()
-			wait.For(t, 30*time.Second, "b-rolled-back's write guard restored", func() string {
-				if guard.count("b-rolled-back") == 0 {
-					return fmt.Sprintf("not restored (a-rolled-back's Protect called %d times): a-rolled-back's failing "+
-						"fence lift ends every round before it", guard.count("a-rolled-back"))
-				}
-				return ""
-			})
-		})
-	}
-}
 
 // slowCopy is a replication whose copy reaches the source's end offsets
 // (1 per partition 0) copy after the cutover raised the topic's priority.

@@ -3,6 +3,7 @@ package controlplane
 import (
 	"time"
 
+	"github.com/baton-kafka/baton/controlplane/acl"
 	"github.com/baton-kafka/baton/controlplane/cutover"
 	"github.com/baton-kafka/baton/controlplane/shadow"
 	"github.com/baton-kafka/baton/migration"
@@ -140,13 +141,13 @@ const (
 	EventSourceFenced = "source_fenced"
 	// EventSourceFenceLifted: a rollback's fence was lifted; producers may
 	// write the topic on the source again.
-	EventSourceFenceLifted = "source_fence_lifted"
+	EventSourceFenceLifted = acl.EventSourceFenceLifted
 	// EventGuardRestoreFailed: the first failed attempt at restoring a
 	// topic's write guard; restores go on in the background.
-	EventGuardRestoreFailed = "guard_restore_failed"
+	EventGuardRestoreFailed = acl.EventGuardRestoreFailed
 	// EventGuardRestored: the write guard is back after a rollback or
 	// after failed attempts.
-	EventGuardRestored = "guard_restored"
+	EventGuardRestored = acl.EventGuardRestored
 	EventCompleted     = "completed"
 	EventTimedOut      = "timed_out"
 	EventFailed        = "failed"

@@ -5,8 +5,20 @@
 // on, §6.1). Both record every ACL they create in a Ledger before
 // creating it, and create, describe and delete their ACLs through one
 // path, so that a Lift deletes exactly what they created and an
-// operator's own ACLs survive it. The control plane declares the
-// interfaces it drives them through; this package knows nothing of it.
+// operator's own ACLs survive it.
+//
+// Keeper is the control plane's side of them: it restores the guard of
+// REJECT and PROXY topics in the background with retries (lifting a
+// rolled-back cutover's fence on the way), serializes those Protects with
+// the cutover's Lift, and says what a topic's routes promise of the fence.
+// It keeps its state under its own locks.
+//
+// This package does not import the control plane. The control plane
+// drives Guard and Fence through interfaces it declares (WriteGuard,
+// SourceFence), which meet the ones the keeper drives them through
+// (Protector, Lifter); the keeper reads and changes the control plane
+// through View and Recorder, which the control plane meets with a small
+// adapter.
 package acl
 
 import (
