@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/migration"
 )
 
@@ -207,4 +208,13 @@ func TestDeposedLeaderRollbackIsNotLeader(t *testing.T) {
 		top, _ := cpA.Topic("dep")
 		t.Errorf("the deposed leader restarted replication of dep %d time(s) (its topic now %s)", n, top.State)
 	}
+}
+
+// resumeOpts are the options of a control plane on s and the kfake
+// harness's replication, as startPlaneStore's.
+func resumeOpts(k *kafkaEnv, s Store, extra ...Opt) []Opt {
+	return append([]Opt{WithStore(s), WithReplication(k.repl), LeaseDuration(tLease), ForwardDeadline(tForward),
+		CutoverTimeout(tTimeout), Logger(quiet),
+		Clusters(&batonv1.Cluster{Name: "source", Bootstrap: k.src.Addrs()}, &batonv1.Cluster{Name: "destination", Bootstrap: k.dst.Addrs()})},
+		extra...)
 }

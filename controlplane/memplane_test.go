@@ -116,6 +116,17 @@ func (t *memTopic) copyTo(p int32, next int64) {
 	t.batches = kept
 }
 
+// produceTo writes n records to partition p of topic's source, as
+// produce.
+func (r *memRepl) produceTo(topic string, p int32, n int) {
+	r.do(topic, func(t *memTopic) {
+		t.ends[p] += int64(n)
+		if !t.paused {
+			t.copyTo(p, t.ends[p])
+		}
+	})
+}
+
 // pause stops copying topic (its lag then grows); resume, or a Start,
 // copies it to its ends again.
 func (r *memRepl) pause(topic string) {
