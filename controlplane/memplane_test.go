@@ -245,8 +245,8 @@ func (r *memRepl) OnProgress(f func(string)) {
 	r.notify = f
 }
 
-// memOpts are the options of a control plane on st and r, as the kfake
-// harness's (startPlaneStore) but for the stores and clusters.
+// memOpts are the options of a control plane on st and r: the kfake
+// harness's, but for the store, the replication and the clusters.
 func memOpts(st Store, r Replication, extra ...Opt) []Opt {
 	return append([]Opt{WithStore(st), WithReplication(r), LeaseDuration(tLease), ForwardDeadline(tForward),
 		CutoverTimeout(tTimeout), Logger(quiet),
@@ -254,7 +254,7 @@ func memOpts(st Store, r Replication, extra ...Opt) []Opt {
 			&batonv1.Cluster{Name: "destination", Bootstrap: []string{"destination:9092"}})}, extra...)
 }
 
-// startMemPlane is startPlane on st and r: a control plane serving the
+// startMemPlane is the kfake harness's plane on st and r: a control plane serving the
 // lease and xDS services on addr ("": any port). The store outlives it, as
 // etcd does, for a restart to find what it stored.
 func startMemPlane(t *testing.T, ctx context.Context, st *MemStore, addr string, r *memRepl, opts ...Opt) *plane {
