@@ -48,8 +48,8 @@ var (
 	_ ProgressNotifier = (*memRepl)(nil)
 )
 
-// memPartitions is how many partitions a memRepl topic has, as the kfake
-// harness's clusters.
+// memPartitions is how many partitions a memRepl topic has, as many as
+// the Kafka harness's clusters give a topic.
 const memPartitions = 2
 
 func newMemRepl() *memRepl { return &memRepl{topics: map[string]*memTopic{}} }
@@ -245,7 +245,7 @@ func (r *memRepl) OnProgress(f func(string)) {
 	r.notify = f
 }
 
-// memOpts are the options of a control plane on st and r: the kfake
+// memOpts are the options of a control plane on st and r: the Kafka
 // harness's, but for the store, the replication and the clusters.
 func memOpts(st Store, r Replication, extra ...Opt) []Opt {
 	return append([]Opt{WithStore(st), WithReplication(r), LeaseDuration(tLease), ForwardDeadline(tForward),
@@ -254,9 +254,9 @@ func memOpts(st Store, r Replication, extra ...Opt) []Opt {
 			&batonv1.Cluster{Name: "destination", Bootstrap: []string{"destination:9092"}})}, extra...)
 }
 
-// startMemPlane is the kfake harness's plane on st and r: a control plane serving the
-// lease and xDS services on addr ("": any port). The store outlives it, as
-// etcd does, for a restart to find what it stored.
+// startMemPlane is the Kafka harness's plane on st and r: a control
+// plane serving the lease and xDS services on addr ("": any port). The
+// store outlives it, as etcd does, for a restart to find what it stored.
 func startMemPlane(t *testing.T, ctx context.Context, st *MemStore, addr string, r *memRepl, opts ...Opt) *plane {
 	t.Helper()
 	cp, err := New(ctx, memOpts(st, r, opts...)...)
