@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -23,7 +24,7 @@ import (
 // stand-ins, over the same gRPC lease and xDS services.
 
 // memRepl is a Replication in memory: the test sets each topic's source
-// end offsets, copy progress, lag and divergence, and reads what the
+// end offsets, copy progress and lag, and reads what the
 // control plane called. A topic is copied as it is produced (produce)
 // unless paused; a topic it was never told of has no lag to measure.
 type memRepl struct {
@@ -39,7 +40,6 @@ type memTopic struct {
 	lag            time.Duration
 	lagErr         error
 	paused         bool
-	diverged       map[int32]string
 	batches        []replicator.SourceBatch
 }
 
@@ -153,11 +153,6 @@ func (r *memRepl) setLagErr(topic string, err error) {
 	r.do(topic, func(t *memTopic) { t.lagErr = err })
 }
 
-// setDiverged marks topic's partitions diverged, with why.
-func (r *memRepl) setDiverged(topic string, d map[int32]string) {
-	r.do(topic, func(t *memTopic) { t.diverged = maps.Clone(d) })
-}
-
 // progressOf returns topic's copy progress.
 func (r *memRepl) progressOf(topic string) map[int32]int64 {
 	r.mu.Lock()
@@ -228,15 +223,8 @@ func (r *memRepl) SourceEndOffsets(_ context.Context, topic string) (map[int32]i
 	return maps.Clone(r.topic(topic).ends), nil
 }
 
-// Diverged implements Replication.
-func (r *memRepl) Diverged(topic string) map[int32]string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if t, ok := r.topics[topic]; ok && len(t.diverged) > 0 {
-		return maps.Clone(t.diverged)
-	}
-	return nil
-}
+// Diverged implements Replication: no memRepl destination diverges.
+func (r *memRepl) Diverged(string) map[int32]string { return nil }
 
 // OnProgress implements ProgressNotifier.
 func (r *memRepl) OnProgress(f func(string)) {
@@ -281,4 +269,60 @@ func startMemPlane(t *testing.T, ctx context.Context, st *MemStore, addr string,
 	p.stop = func() { once.Do(func() { g.Stop(); cancel(); <-done; cp.Close() }) }
 	t.Cleanup(p.stop)
 	return p
+}
+
+// TestMemRepl pins what the converted tests rely on the double to do as
+// the replicator does: copy as produced, stop copying at Stop (and when
+// paused) with the last 5 batches a partition copied, copy to the ends
+// again at Start, and tell each advance; and it records the calls in
+// order.
+func TestMemRepl(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := newMemRepl()
+	var told []string
+	r.OnProgress(func(topic string) { told = append(told, topic) })
+	if _, err := r.Lag("t"); err == nil {
+		t.Error("the lag of a topic never started is measurable")
+	}
+	_ = r.Start("t")
+	r.produce("t", 4)
+	if got := r.progressOf("t"); got[0] != 2 || got[1] != 2 {
+		t.Errorf("copied %v after 4 records, want 2 a partition", got)
+	}
+	final, batches, _ := r.Stop(ctx, "t")
+	if final[0] != 2 || final[1] != 2 || len(batches) != 4 {
+		t.Errorf("Stop: %v with %d batches, want 2 a partition and the 4 batches", final, len(batches))
+	}
+	r.produceTo("t", 0, 3)
+	r.setEnds("t", map[int32]int64{1: 9})
+	if got := r.progressOf("t"); got[0] != 2 || got[1] != 2 {
+		t.Errorf("copied %v after Stop, want no copy", got)
+	}
+	_ = r.Start("t")
+	if got := r.progressOf("t"); got[0] != 5 || got[1] != 9 {
+		t.Errorf("copied %v after Start, want the ends 5 and 9", got)
+	}
+	r.pause("t")
+	r.produce("t", 2)
+	if l, err := r.Lag("t"); err != nil || l == 0 || r.progressOf("t")[0] != 5 {
+		t.Errorf("paused: lag %v, %v, copied %v; want a lag and no copy", l, err, r.progressOf("t"))
+	}
+	_ = r.Start("t")
+	r.produce("t", 20)
+	_, batches, _ = r.Stop(ctx, "t")
+	per := map[int32]int{}
+	for _, b := range batches {
+		per[b.Partition]++
+	}
+	if per[0] != 5 || per[1] != 5 {
+		t.Errorf("Stop returned %v batches a partition, want the last 5 of each", per)
+	}
+	want := []string{"Start t", "Stop t", "Start t", "Start t", "Stop t"}
+	if got := r.called(); !slices.Equal(got, want) {
+		t.Errorf("calls %v, want %v", got, want)
+	}
+	if len(told) == 0 {
+		t.Error("no advance told")
+	}
 }
