@@ -67,8 +67,10 @@ func TestReaddedTopicCutoverCompletes(t *testing.T) {
 	if _, err := p.cp.SetState(ctx, "again", migration.Unmanaged, "test"); err != nil {
 		t.Fatal(err)
 	}
-	// Written while the topic is not managed: in PROXY, writes straight to
-	// the source are a forgotten producer's, and the gate refuses.
+	// Written while the topic is not managed, for the new attempt to copy.
+	// (The double reads no source batches, so no forgotten-producer gate
+	// refuses it here as it does on Kafka: migrateWhenGateOpens takes
+	// either.)
 	r.produce("again", 10)
 	if _, err := p.cp.AddTopic(ctx, TopicSpec{Name: "again", State: migration.Proxy}, "test"); err != nil {
 		t.Fatal(err)
