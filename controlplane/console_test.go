@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/migration"
@@ -38,7 +37,7 @@ func chromium() string {
 }
 
 // TestConsole drives the console in headless Chromium against a running
-// control plane (kfake clusters, embedded etcd, agent stand-ins in two
+// control plane (on a MemStore and a replication double, agent stand-ins in two
 // namespaces): an operator migrates a PROXY topic and the page shows it
 // COMPLETE from the event stream, without a reload; a second cutover,
 // held by an agent that never drains, is aborted from the page and the
@@ -47,7 +46,7 @@ func chromium() string {
 // page shows.
 func TestConsole(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts kfake clusters, embedded etcd and headless Chromium")
+		t.Skip("starts headless Chromium")
 	}
 	browser := chromium()
 	if browser == "" {
@@ -59,10 +58,10 @@ func TestConsole(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 
-	k := startKafka(t, ctx)
+	r := newMemRepl()
 	// A long cutover timeout: the held cutover must still be running when
 	// the page aborts it, however slow the browser is.
-	p := startPlane(t, ctx, t.TempDir(), "", k, CutoverTimeout(5*time.Minute))
+	p := startMemPlane(t, ctx, NewMemStore(), "", r, CutoverTimeout(5*time.Minute))
 	srv := httptest.NewServer(newTestAPI(t, p.cp, `
 - {name: console-op, role: operator, sha256: `+tokenSum("op-secret")+`}
 - {name: console-view, role: read-only, sha256: `+tokenSum("view-secret")+`}
@@ -71,7 +70,7 @@ func TestConsole(t *testing.T) {
 	a := startAgentIn(t, ctx, p.addr, "checkout-7f9c", "team-a", "checkout")
 	holder := startAgentIn(t, ctx, p.addr, "billing-5d2b", "team-b", "billing")
 	for _, topic := range []string{"orders", "payments", "audit"} {
-		k.produce(t, ctx, topic, 20)
+		r.produce(topic, 20)
 		spec := TopicSpec{Name: topic}
 		if topic == "audit" {
 			spec.State = migration.Reject
@@ -97,9 +96,7 @@ func TestConsole(t *testing.T) {
 				return
 			case <-tick.C:
 			}
-			if k.prod.ProduceSync(pctx, &kgo.Record{Topic: "audit", Value: fmt.Appendf(nil, "a%d", i)}).FirstErr() != nil && pctx.Err() != nil {
-				return
-			}
+			r.produce("audit", 1)
 		}
 	}()
 

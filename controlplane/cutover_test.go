@@ -87,10 +87,12 @@ func (k *kafkaEnv) produce(t *testing.T, ctx context.Context, topic string, n in
 	}
 }
 
-// plane is a control plane with its etcd and gRPC server.
+// plane is a control plane with its store (etcd, or a MemStore: mem) and
+// gRPC server.
 type plane struct {
 	cp    *ControlPlane
 	store *EtcdStore
+	mem   *MemStore
 	addr  string
 	stop  func()
 }

@@ -3,72 +3,35 @@ package controlplane
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kmsg"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/controlplane/replication"
 	"github.com/baton-kafka/baton/migration"
 )
 
-// unpositioned starts kfake clusters and a control plane (with opts) on
-// which topic, in PROXY, has no partition the replicator resumed copying:
-// the destination answers every ListOffsets of topic with a retriable
-// error until release is called, so the time lag stays unknown and the time-lag gate
-// refuses. An error, not a held request: a held ListOffsets would hold
-// the requests behind it on the replicator's connection, and with them,
-// some of the time, the topic's setup.
+// unpositioned starts a control plane (with opts) on which topic, in
+// PROXY, has no partition the replicator resumed copying: the replication
+// answers Lag with the error the in-process adapter gives then
+// (replication's TestAdapterLagUnknownUntilEveryPartitionCopies), until
+// release is called, so the time lag stays unknown and the time-lag gate
+// refuses.
 func unpositioned(t *testing.T, ctx context.Context, topic string, opts ...Opt) (p *plane, release func()) {
 	t.Helper()
-	k := startKafka(t, ctx)
-	k.produce(t, ctx, topic, 10)
-	var hold atomic.Bool
-	hold.Store(true)
-	kc := k.dst.Kfake()
-	kc.ControlKey(kmsg.ListOffsets.Int16(), func(r kmsg.Request) (kmsg.Response, error, bool) {
-		kc.KeepControl()
-		if !hold.Load() {
-			return nil, nil, false
-		}
-		req := r.(*kmsg.ListOffsetsRequest)
-		if !slices.ContainsFunc(req.Topics, func(rt kmsg.ListOffsetsRequestTopic) bool { return rt.Topic == topic }) {
-			// The offset map's own reads go on: a setup that failed once
-			// for another reason (a slow machine) reads the map again.
-			return nil, nil, false
-		}
-		resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
-		for _, rt := range req.Topics {
-			st := kmsg.NewListOffsetsResponseTopic()
-			st.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewListOffsetsResponseTopicPartition()
-				sp.Partition = rp.Partition
-				sp.ErrorCode = kerr.KafkaStorageError.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
-	})
-	p = startPlane(t, ctx, t.TempDir(), "", k, opts...)
+	r := newMemRepl()
+	r.produce(topic, 10)
+	p = startMemPlane(t, ctx, NewMemStore(), "", r, opts...)
 	if _, err := p.cp.AddTopic(ctx, TopicSpec{Name: topic, State: migration.Proxy}, "test"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, ctx, "the replicator set the topic up", func() bool {
-		for _, st := range k.repl.R.Status() {
-			if st.Topic == topic && st.Ready && len(st.Partitions) > 0 {
-				return true
-			}
-		}
-		return false
-	})
-	return p, func() { hold.Store(false) }
+	r.setLagErr(topic, fmt.Errorf("%w: %s/%d has not resumed copying yet", replication.ErrNotReady, topic, 0))
+	return p, func() { r.setLagErr(topic, nil) }
 }
 
 // TestGateRefusesAPartitionNotCopyingYet: a partition the replicator has
@@ -78,9 +41,6 @@ func unpositioned(t *testing.T, ctx context.Context, topic string, opts ...Opt) 
 // can only wait for that partition until it times out.
 func TestGateRefusesAPartitionNotCopyingYet(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("starts kfake clusters and embedded etcd")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const topic = "unpositioned"
@@ -108,9 +68,6 @@ func TestGateRefusesAPartitionNotCopyingYet(t *testing.T) {
 // was forced past and why, so the audit log shows the risk taken.
 func TestGateForcedIsRecorded(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("starts kfake clusters and embedded etcd")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const topic = "forced"

@@ -40,12 +40,7 @@ func FuzzHeartbeat(f *testing.F) {
 	f.Add([]byte{0, 1, 0, 1, 0, 0})
 	f.Add([]byte{2, 0, 5, 1, 1, 0})
 	ctx := context.Background()
-	st, err := OpenEmbedded(ctx, f.TempDir())
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { _ = st.Close() })
-	cp, err := New(ctx, WithStore(st), WithReplication(idleReplication{}), Logger(slog.New(slog.NewTextHandler(io.Discard, nil))),
+	cp, err := New(ctx, WithStore(NewMemStore()), WithReplication(idleReplication{}), Logger(slog.New(slog.NewTextHandler(io.Discard, nil))),
 		Clusters(&batonv1.Cluster{Name: "source"}, &batonv1.Cluster{Name: "destination"}))
 	if err != nil {
 		f.Fatal(err)

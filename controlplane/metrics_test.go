@@ -125,17 +125,14 @@ func TestTopicStateAndAgentGauges(t *testing.T) {
 // with its time from MIGRATING pushed to the decision.
 func TestCutoverDurationHistogram(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("starts kfake clusters and embedded etcd")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	k := startKafka(t, ctx)
+	r := newMemRepl()
 	reg := prometheus.NewRegistry()
-	p := startPlane(t, ctx, t.TempDir(), "", k, Registry(reg))
+	p := startMemPlane(t, ctx, NewMemStore(), "", r, Registry(reg))
 	a, holder := startAgent(t, ctx, p.addr, "a"), startAgent(t, ctx, p.addr, "holder")
-	k.produce(t, ctx, "done", 10)
-	k.produce(t, ctx, "aborted", 10)
+	r.produce("done", 10)
+	r.produce("aborted", 10)
 
 	addAndMigrate(t, ctx, p, "done", a, holder)
 	waitState(t, ctx, p, "done", migration.Complete)

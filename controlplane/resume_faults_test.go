@@ -9,10 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
-
-	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/controlplane/cutover"
 	"github.com/baton-kafka/baton/migration"
 )
@@ -111,23 +107,16 @@ func storedTopic(t *testing.T, ctx context.Context, st Store, name string) Topic
 	return topics[i]
 }
 
-func resumeOpts(k *kafkaEnv, s Store, extra ...Opt) []Opt {
-	return append([]Opt{WithStore(s), WithReplication(k.repl), LeaseDuration(tLease), ForwardDeadline(tForward),
-		CutoverTimeout(tTimeout), Logger(quiet),
-		Clusters(&batonv1.Cluster{Name: "source", Bootstrap: k.src.Addrs()}, &batonv1.Cluster{Name: "destination", Bootstrap: k.dst.Addrs()})},
-		extra...)
-}
-
 // runStepDone starts a control plane on faults, and a cutover of topic
 // that stores cutover.StepDone and then ends, its rollback's PROXY write failed.
-func runStepDone(t *testing.T, ctx context.Context, k *kafkaEnv, faults *stepDoneFaults, topic string, extra ...Opt) *ControlPlane {
+func runStepDone(t *testing.T, ctx context.Context, r *memRepl, faults *stepDoneFaults, topic string, extra ...Opt) *ControlPlane {
 	t.Helper()
-	first, err := New(ctx, resumeOpts(k, faults, extra...)...)
+	first, err := New(ctx, memOpts(faults, r, extra...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(first.Close)
-	k.produce(t, ctx, topic, 30)
+	r.produce(topic, 30)
 	if _, err := first.AddTopic(ctx, TopicSpec{Name: topic, State: migration.Proxy}, "test"); err != nil {
 		t.Fatal(err)
 	}
@@ -156,22 +145,15 @@ func runStepDone(t *testing.T, ctx context.Context, k *kafkaEnv, faults *stepDon
 // only if the deadline has not passed) and after the operator was told it
 // timed out and was rolled back.
 func TestResumeCompletesACutoverThatTimedOut(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts kfake clusters and embedded etcd")
-	}
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	k := startKafka(t, ctx)
-	st, err := OpenEmbedded(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
+	r := newMemRepl()
+	st := NewMemStore()
 	clock := &offsetClock{}
 	faults := &stepDoneFaults{Store: st, proxyFailed: make(chan struct{}),
 		atStepDone: func() { clock.off.Store(int64(2 * tTimeout)) }} // the deadline passes right after cutover.StepDone
-	first := runStepDone(t, ctx, k, faults, "late", Clock(clock.now))
+	first := runStepDone(t, ctx, r, faults, "late", Clock(clock.now))
 	p := &plane{cp: first}
 	if !slices.Contains(kinds(t, ctx, p, "late"), EventTimedOut) {
 		t.Fatalf("want a timed_out cutover: %v", eventLines(t, ctx, p, "late"))
@@ -179,7 +161,7 @@ func TestResumeCompletesACutoverThatTimedOut(t *testing.T) {
 	co := storedTopic(t, ctx, st, "late").Cutover
 	first.Close()
 
-	second, err := New(ctx, resumeOpts(k, st, Clock(clock.now))...)
+	second, err := New(ctx, memOpts(st, r, Clock(clock.now))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,20 +181,13 @@ func TestResumeCompletesACutoverThatTimedOut(t *testing.T) {
 // MIGRATING topic: no one but its cutover does (a takeover completing at
 // cutover.StepDone reads the batches from it: TestTakeoverCompletesACutoverWithEveryStepDone).
 func TestMigratingStepDoneKeepsItsSourceBatches(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts kfake clusters and embedded etcd")
-	}
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	k := startKafka(t, ctx)
-	st, err := OpenEmbedded(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
+	r := newMemRepl()
+	st := NewMemStore()
 	faults := &stepDoneFaults{Store: st, failComplete: true, proxyFailed: make(chan struct{})}
-	first := runStepDone(t, ctx, k, faults, "kept")
+	first := runStepDone(t, ctx, r, faults, "kept")
 	before := storedTopic(t, ctx, st, "kept")
 	if before.State != migration.Migrating || before.Cutover == nil || len(before.SourceBatches) == 0 {
 		t.Fatalf("stored: %+v; want MIGRATING with source batches", before)
@@ -235,51 +210,38 @@ func TestMigratingStepDoneKeepsItsSourceBatches(t *testing.T) {
 // start would then complete the topic without the records written to the
 // source under PROXY meanwhile (replication never restarted).
 func TestRollbackProxyNotOverwrittenByStepDone(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts kfake clusters and embedded etcd")
-	}
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	k := startKafka(t, ctx)
-	st, err := OpenEmbedded(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
+	r := newMemRepl()
+	st := NewMemStore()
 	faults := &stepDoneFaults{Store: st, failComplete: true, applyProxy: true, proxyFailed: make(chan struct{})}
-	first := runStepDone(t, ctx, k, faults, "flip")
+	first := runStepDone(t, ctx, r, faults, "flip")
 	if got := storedTopic(t, ctx, st, "flip"); got.State != migration.Proxy {
 		t.Fatalf("stored after the rollback: %s; want PROXY (applied, answered with an error)", got.State)
 	}
 	// Agents that got PROXY from a follower forward to the source again.
-	k.produce(t, ctx, "flip", 10)
-	srcEnds, err := k.repl.SourceEndOffsets(ctx, "flip")
+	r.produce("flip", 10)
+	srcEnds, err := r.SourceEndOffsets(ctx, "flip")
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	first.dropSourceBatches(ctx) // Run's tick
 	after := storedTopic(t, ctx, st, "flip")
+	copied := r.progressOf("flip") // the destination, before a start copies again
 	first.Close()
-	second, err := New(ctx, resumeOpts(k, st)...)
+	second, err := New(ctx, memOpts(st, r)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer second.Close()
 	top, _ := second.Topic("flip")
 	if after.State != migration.Proxy || top.State == migration.Complete {
-		dcl, err := kgo.NewClient(kgo.SeedBrokers(k.dst.Addrs()...))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer dcl.Close()
-		dst, err := kadm.NewClient(dcl).ListEndOffsets(ctx, "flip")
-		if err != nil {
-			t.Fatal(err)
-		}
 		var lost int64
-		dst.Each(func(o kadm.ListedOffset) { lost += srcEnds[o.Partition] - o.Offset })
+		for p, o := range copied {
+			lost += srcEnds[p] - o
+		}
 		t.Fatalf("the rollback's PROXY was overwritten by %s at step %q (dropSourceBatches wrote the in-memory topic), and the next start "+
 			"made it %s; %d records written to the source under PROXY are not on the destination (source ends %v)",
 			after.State, stepOf(after), top.State, lost, srcEnds)
@@ -299,25 +261,18 @@ func stepOf(t Topic) string {
 // follower may already route to the destination. It finds the attempt
 // decided, and the control plane takes the COMPLETE.
 func TestAmbiguousCompleteIsKept(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts kfake clusters and embedded etcd")
-	}
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	k := startKafka(t, ctx)
-	st, err := OpenEmbedded(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
+	r := newMemRepl()
+	st := NewMemStore()
 	faults := &stepDoneFaults{Store: st, applyComplete: true, proxyFailed: make(chan struct{})}
-	cp, err := New(ctx, resumeOpts(k, faults)...)
+	cp, err := New(ctx, memOpts(faults, r)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cp.Close()
-	k.produce(t, ctx, "amb", 30)
+	r.produce("amb", 30)
 	if _, err := cp.AddTopic(ctx, TopicSpec{Name: "amb", State: migration.Proxy}, "test"); err != nil {
 		t.Fatal(err)
 	}

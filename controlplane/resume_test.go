@@ -36,24 +36,17 @@ func (s *pauseAtStep) PutTopic(ctx context.Context, t Topic, version uint64) err
 // stopped at an earlier step is rolled back (TestCutover, "restart during
 // PROXY and during MIGRATING").
 func TestTakeoverCompletesACutoverWithEveryStepDone(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts kfake clusters and embedded etcd")
-	}
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	k := startKafka(t, ctx)
-	st, err := OpenEmbedded(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
+	r := newMemRepl()
+	st := NewMemStore()
 	paused := &pauseAtStep{Store: st, step: cutover.StepDone, reached: make(chan struct{}), release: make(chan struct{})}
-	first, err := New(ctx, resumeOpts(k, paused)...)
+	first, err := New(ctx, memOpts(paused, r)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	k.produce(t, ctx, "resume", 30) // an idempotent producer: its last batches go with COMPLETE
+	r.produce("resume", 30) // an idempotent producer: its last batches go with COMPLETE
 	if _, err := first.AddTopic(ctx, TopicSpec{Name: "resume", State: migration.Proxy}, "test"); err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +73,7 @@ func TestTakeoverCompletesACutoverWithEveryStepDone(t *testing.T) {
 	}
 	batches := topics[i].SourceBatches
 
-	second, err := New(ctx, resumeOpts(k, st)...)
+	second, err := New(ctx, memOpts(st, r)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,17 +17,14 @@ import (
 // state endpoint write PROXY under a running cutover, with no decision,
 // no replication restart and no guard restore.
 func TestStateChangeRefusedMidCutover(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts kfake clusters and embedded etcd")
-	}
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	k := startKafka(t, ctx)
-	p := startPlane(t, ctx, t.TempDir(), "", k)
+	r := newMemRepl()
+	p := startMemPlane(t, ctx, NewMemStore(), "", r)
 	holder := startAgent(t, ctx, p.addr, "holder")
 	const topic = "held"
-	k.produce(t, ctx, topic, 10)
+	r.produce(topic, 10)
 	if _, err := p.cp.AddTopic(ctx, TopicSpec{Name: topic}, "test"); err != nil {
 		t.Fatal(err)
 	}

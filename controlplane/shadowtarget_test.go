@@ -15,14 +15,11 @@ import (
 // its target's namespaces only, and SetShadow with a target widens them
 // to the next namespace of a rollout, at a new version.
 func TestShadowTargetWidens(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts kfake clusters and embedded etcd")
-	}
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	k := startKafka(t, ctx)
-	p := startPlane(t, ctx, t.TempDir(), "", k)
+	r := newMemRepl()
+	p := startMemPlane(t, ctx, NewMemStore(), "", r)
 	a1 := startAgentIn(t, ctx, p.addr, "a1", "a", "app")
 	b1 := startAgentIn(t, ctx, p.addr, "b1", "b", "app")
 	if _, err := p.cp.AddTopic(ctx, TopicSpec{Name: "orders", Target: xds.Target{Namespaces: []string{"a"}},
