@@ -376,8 +376,8 @@ func (cl *Call) Settled() (answered bool, died time.Time) {
 
 // WaitUntil is Wait that also gives up at deadline, with
 // context.DeadlineExceeded, on t: a timer of the caller's, which it stops
-// (or drains) and may use again for its next call, so that a wait costs
-// no timer or context of its own. t MUST NOT be used by two waits at once.
+// and may use again for its next call, so that a wait costs no timer or
+// context of its own. t MUST NOT be used by two waits at once.
 func (cl *Call) WaitUntil(ctx context.Context, deadline time.Time, t *time.Timer) ([]byte, error) {
 	select {
 	case <-cl.done:
@@ -386,19 +386,28 @@ func (cl *Call) WaitUntil(ctx context.Context, deadline time.Time, t *time.Timer
 	}
 	t.Reset(time.Until(deadline))
 	defer t.Stop()
-	select {
-	case <-cl.done:
-		return cl.resp, cl.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-t.C:
-		// The answer may have come at the deadline too: it wins.
+	for {
 		select {
 		case <-cl.done:
 			return cl.resp, cl.err
-		default:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-t.C:
+			if d := time.Until(deadline); d > 0 {
+				// An earlier wait's fire, left in t.C by Stop where timer
+				// channels are asynchronous (a main module before Go
+				// 1.23, GODEBUG asynctimerchan=1): not this call's.
+				t.Reset(d)
+				continue
+			}
+			// The answer may have come at the deadline too: it wins.
+			select {
+			case <-cl.done:
+				return cl.resp, cl.err
+			default:
+			}
+			return nil, context.DeadlineExceeded
 		}
-		return nil, context.DeadlineExceeded
 	}
 }
 
