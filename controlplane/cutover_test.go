@@ -12,17 +12,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
+	"github.com/baton-kafka/baton/controlplane/internal/kafkaenv"
 	"github.com/baton-kafka/baton/controlplane/replication"
 	"github.com/baton-kafka/baton/internal/embedded"
 	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/migration"
-	"github.com/baton-kafka/baton/replicator"
 	"github.com/baton-kafka/baton/xds"
 )
 
@@ -37,54 +36,24 @@ const (
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// kafkaEnv is a source and destination on kfake with a running replicator.
+// kafkaEnv is a source and destination on kfake with a running replicator
+// (package kafkaenv).
 type kafkaEnv struct {
 	src, dst *embedded.Cluster
 	repl     *replication.ReplicatorAdapter
 	prod     *kgo.Client
+	env      *kafkaenv.Env
 }
 
 func startKafka(t *testing.T, ctx context.Context) *kafkaEnv {
 	t.Helper()
-	src, err := embedded.Start(embedded.Brokers(1), embedded.Partitions(2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(src.Close)
-	dst, err := embedded.Start(embedded.Brokers(1), embedded.Partitions(2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(dst.Close)
-	r, err := replicator.New(replicator.Source(src.Addrs()...), replicator.Destination(dst.Addrs()...),
-		replicator.SampleInterval(50*time.Millisecond), replicator.MaxBackoff(200*time.Millisecond), replicator.Logger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = r.Run(rctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	scl, err := kgo.NewClient(kgo.SeedBrokers(src.Addrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(scl.Close)
-	prod, err := kgo.NewClient(kgo.SeedBrokers(src.Addrs()...), kgo.AllowAutoTopicCreation())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(prod.Close)
-	return &kafkaEnv{src: src, dst: dst, repl: &replication.ReplicatorAdapter{R: r, Source: kadm.NewClient(scl)}, prod: prod}
+	e := kafkaenv.Start(t, ctx)
+	return &kafkaEnv{src: e.Src, dst: e.Dst, repl: e.Repl, prod: e.Prod, env: e}
 }
 
 func (k *kafkaEnv) produce(t *testing.T, ctx context.Context, topic string, n int) {
 	t.Helper()
-	for i := range n {
-		if err := k.prod.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: fmt.Appendf(nil, "%d", i)}).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	k.env.Produce(t, ctx, topic, n)
 }
 
 // plane is a control plane with its store (etcd, or a MemStore: mem) and
