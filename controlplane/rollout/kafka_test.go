@@ -43,18 +43,17 @@ type kafkaEnv struct {
 	src, dst *embedded.Cluster
 	repl     *replication.ReplicatorAdapter
 	prod     *kgo.Client
-	env      *kafkaenv.Env
 }
 
 func startKafka(t *testing.T, ctx context.Context) *kafkaEnv {
 	t.Helper()
 	e := kafkaenv.Start(t, ctx)
-	return &kafkaEnv{src: e.Src, dst: e.Dst, repl: e.Repl, prod: e.Prod, env: e}
+	return &kafkaEnv{src: e.Src, dst: e.Dst, repl: e.Repl, prod: e.Prod}
 }
 
 func (k *kafkaEnv) produce(t *testing.T, ctx context.Context, topic string, n int) {
 	t.Helper()
-	k.env.Produce(t, ctx, topic, n)
+	kafkaenv.Produce(t, ctx, k.prod, topic, n)
 }
 
 // plane is a running control plane on embedded etcd in dir, and its

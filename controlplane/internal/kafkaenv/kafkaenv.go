@@ -66,11 +66,13 @@ func Start(t testing.TB, ctx context.Context) *Env {
 	return &Env{Src: src, Dst: dst, Repl: &replication.ReplicatorAdapter{R: r, Source: kadm.NewClient(scl)}, Prod: prod}
 }
 
-// Produce writes n records to topic on Src, each acknowledged.
-func (e *Env) Produce(t testing.TB, ctx context.Context, topic string, n int) {
+// Produce writes n records to topic with cl, each acknowledged. It takes
+// the client, not an Env: tests that build their source by hand (the
+// source-fence tests' authorizing kfake) produce with their own client.
+func Produce(t testing.TB, ctx context.Context, cl *kgo.Client, topic string, n int) {
 	t.Helper()
 	for i := range n {
-		if err := e.Prod.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: fmt.Appendf(nil, "%d", i)}).FirstErr(); err != nil {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: fmt.Appendf(nil, "%d", i)}).FirstErr(); err != nil {
 			t.Fatal(err)
 		}
 	}
