@@ -42,7 +42,8 @@ type Fence struct {
 	// Term bounds the time from the start of a ledger write to the ACL
 	// change it records: a leader paused longer may have been deposed
 	// meanwhile (its successor acting on the source), so the change is
-	// abandoned and retried, and the retry's fenced write fails if it was.
+	// abandoned: Fence's caller fails its step (a cutover rolls back), and
+	// a Lift is retried, its fenced write failing if it was deposed.
 	// Default one second; the control plane passes its leader TTL.
 	Term time.Duration
 
@@ -71,7 +72,7 @@ func (f *Fence) recordInTerm(ctx context.Context, topic string, acls []Owned) er
 	}
 	if took := time.Since(start); took > term {
 		return fmt.Errorf("the record took %v, longer than a leader term (%v): this replica may have been deposed "+
-			"meanwhile, so it changes no ACL on it; retried", took.Round(time.Millisecond), term)
+			"meanwhile, so it changes no ACL on it", took.Round(time.Millisecond), term)
 	}
 	return nil
 }

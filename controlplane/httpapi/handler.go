@@ -75,7 +75,7 @@ type server struct {
 //	POST   /v1/topics/{name}/migrate      start a cutover   {"actor"}
 //	POST   /v1/topics/{name}/abort        abort a cutover   {"actor","reason"}
 //	POST   /v1/topics/{name}/state        REJECT <-> PROXY  {"actor","state"}
-//	POST   /v1/topics/{name}/shadow       switch shadow features {"actor","latencyEmulation","authCheck","authEnforce"}
+//	POST   /v1/topics/{name}/shadow       switch shadow features {"actor","latencyEmulation","authCheck","authEnforce","headroom"}
 //	DELETE /v1/topics/{name}?actor=&force= stop managing (a COMPLETE topic only with force=true: RemoveTopic)
 //	GET    /v1/agents                     agents: lease and xDS state
 //	GET    /v1/workers                    replicator workers: partitions, lease, lag

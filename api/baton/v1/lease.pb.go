@@ -277,7 +277,7 @@ type HeartbeatRequest struct {
 	// later than the control plane's, and the report holds every write the
 	// agent was answered about before it.
 	SentAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=sent_at,json=sentAt,proto3" json:"sent_at,omitempty"`
-	// findings are the agent's open findings (at most 32, the most recently
+	// findings are the agent's open findings (at most 256, the most recently
 	// seen first), sent again with every heartbeat until they are resolved
 	// or age out on the agent.
 	Findings []*Finding `protobuf:"bytes,7,rep,name=findings,proto3" json:"findings,omitempty"`
