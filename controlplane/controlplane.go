@@ -22,6 +22,7 @@ import (
 	"github.com/baton-kafka/baton/controlplane/acl"
 	"github.com/baton-kafka/baton/controlplane/cutover"
 	"github.com/baton-kafka/baton/controlplane/shadow"
+	"github.com/baton-kafka/baton/controlplane/txngate"
 	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/xds"
 )
@@ -67,8 +68,8 @@ type config struct {
 	// shadow configures the shadow job (shadowhost.go).
 	shadow []shadow.Opt
 
-	// txns and txnWindow: transactions.go.
-	txns      Transactions
+	// txns and txnWindow: gates.go, package txngate.
+	txns      txngate.Reader
 	txnWindow time.Duration
 	// reports: reports.go.
 	reports ReportObserver
@@ -179,6 +180,9 @@ type ControlPlane struct {
 	// shadow is the PROXY phase's watch: bypass detection, agents'
 	// findings, destination latency profiles (shadowhost.go).
 	shadow *shadow.Job
+	// txns is the transactional-producer gate, and names a rolled-back
+	// cutover's open transactions (package txngate).
+	txns *txngate.Gate
 	// cutoverMetrics are the cutovers' histograms (metrics.go).
 	cutoverMetrics cutoverMetrics
 }
@@ -196,7 +200,7 @@ func newConfig(opts []Opt) config {
 	cfg := config{guard: NoGuard{}, fence: NoFence{}, lease: migration.DefaultLease, forward: migration.DefaultForwardDeadline,
 		timeout: DefaultCutoverTimeout, poll: DefaultPollInterval, guardResync: DefaultGuardResync, log: slog.Default(), now: time.Now,
 		forgottenWindow: DefaultForgottenProducerWindow,
-		txnWindow:       DefaultTransactionalProducerWindow, reports: noReports{}}
+		txnWindow:       txngate.DefaultWindow, reports: noReports{}}
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
@@ -244,6 +248,7 @@ func New(ctx context.Context, opts ...Opt) (*ControlPlane, error) {
 		topics: map[string]*Topic{}, agents: map[string]*Agent{}, dirty: map[string]bool{},
 		runs: map[string]*run{}, changed: make(chan struct{}),
 		recorded: map[string]int64{}, cutoverMetrics: cm}
+	cp.txns = &txngate.Gate{Reader: cfg.txns, Window: cfg.txnWindow, Now: cfg.now, Log: cp.log}
 	cp.gateChecks = cp.gates()
 	cp.keeper = newKeeper(cp)
 	if err := cfg.registry.Register(stateCollector{cp}); err != nil {

@@ -42,6 +42,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/baton-kafka/baton/controlplane/txngate"
 	"github.com/baton-kafka/baton/migration"
 )
 
@@ -92,8 +93,9 @@ var (
 	ErrDecided = errors.New("controlplane: the cutover attempt is decided")
 	// ErrTransactions: the source's transactional producers of a topic
 	// could not be read (DescribeProducers, ListTransactions,
-	// DescribeTransactions); the message says which and why.
-	ErrTransactions = errors.New("controlplane: reading the source's transactions")
+	// DescribeTransactions); the message says which and why. It is
+	// txngate.ErrRead.
+	ErrTransactions = txngate.ErrRead
 )
 
 // Rule is one named rule of the state machine.
