@@ -21,6 +21,7 @@ import (
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/controlplane/acl"
 	"github.com/baton-kafka/baton/controlplane/cutover"
+	"github.com/baton-kafka/baton/controlplane/nodeauth"
 	"github.com/baton-kafka/baton/controlplane/shadow"
 	"github.com/baton-kafka/baton/controlplane/txngate"
 	"github.com/baton-kafka/baton/migration"
@@ -57,7 +58,7 @@ type config struct {
 	source, dest *batonv1.Cluster
 	log          *slog.Logger
 	now          func() time.Time
-	nodeAuth     *nodeAuth
+	nodeAuth     *nodeauth.Checker
 	// forgottenWindow: gates.go.
 	forgottenWindow time.Duration
 	// replica, takeover and records: replicas.go, package replicas.
@@ -134,6 +135,15 @@ func Clock(now func() time.Time) Opt { return optFunc(func(c *config) { c.now = 
 
 // Logger sets the logger (default slog.Default()).
 func Logger(l *slog.Logger) Opt { return optFunc(func(c *config) { c.log = l }) }
+
+// NodeIdentity makes the gRPC services refuse a node id the connection's
+// client certificate does not vouch for (nodeauth.Checker), overriding no
+// check. The gRPC server MUST require and verify client certificates
+// (tls.RequireAndVerifyClientCert) and take its interceptors from
+// ServerOptions.
+func NodeIdentity(rules []nodeauth.Rule) Opt {
+	return optFunc(func(c *config) { c.nodeAuth = nodeauth.New(rules) })
+}
 
 // Registry sets where the control plane's metrics register (default: a
 // private registry).
@@ -373,6 +383,17 @@ func (cp *ControlPlane) Register(g *grpc.Server) {
 	if w, ok := cp.cfg.repl.(batonv1.ReplicationServer); ok {
 		batonv1.RegisterReplicationServer(g, w)
 	}
+}
+
+// ServerOptions returns the gRPC server options the control plane's checks
+// need (NodeIdentity's interceptors); none without them.
+func (cp *ControlPlane) ServerOptions() []grpc.ServerOption { return cp.cfg.serverOptions(cp.log) }
+
+func (c *config) serverOptions(log *slog.Logger) []grpc.ServerOption {
+	if c.nodeAuth == nil {
+		return nil
+	}
+	return c.nodeAuth.ServerOptions(log)
 }
 
 // Run flushes agents' lease state to the store every lease/3 until ctx

@@ -27,6 +27,7 @@ import (
 	"github.com/baton-kafka/baton/controlplane"
 	"github.com/baton-kafka/baton/controlplane/acl"
 	"github.com/baton-kafka/baton/controlplane/httpapi"
+	"github.com/baton-kafka/baton/controlplane/nodeauth"
 	"github.com/baton-kafka/baton/controlplane/replicas"
 	"github.com/baton-kafka/baton/controlplane/replication"
 	"github.com/baton-kafka/baton/controlplane/rollout"
@@ -631,9 +632,9 @@ func grpcSecurity(certFile, keyFile, clientCA, identities string) (credentials.T
 	case clientCA == "":
 		return credentials.NewTLS(cfg), nil, nil
 	}
-	var rules []controlplane.NodeRule
+	var rules []nodeauth.Rule
 	if identities != "" {
-		if rules, err = controlplane.LoadNodeRules(identities); err != nil {
+		if rules, err = nodeauth.Load(identities); err != nil {
 			return nil, nil, fmt.Errorf("--agent-identities: %w", err)
 		}
 	}
