@@ -332,7 +332,7 @@ func loadStored(ctx context.Context, s Store, es *EtcdStore) (stored, error) {
 	if err != nil {
 		return st, err
 	}
-	st.agents, st.agentsRev, st.pushed, st.recorded = st.agents[:0], rev, rs.latency, map[string]int64{}
+	st.agents, st.agentsRev, st.pushed, st.recorded = st.agents[:0], rev, rs.Latency, map[string]int64{}
 	for _, r := range recs {
 		st.agents = append(st.agents, r.Agent)
 		st.recorded[r.Node] = r.Rev

@@ -30,7 +30,7 @@ func (cp *ControlPlane) Heartbeat(ctx context.Context, req *batonv1.HeartbeatReq
 		cp.agents[a.Node] = a
 	}
 	prevExpires := a.ExpiresAt
-	a.noteIncarnation(req.GetIncarnation())
+	noteIncarnation(a, req.GetIncarnation())
 	a.Namespace, a.Workload, a.AckedVersion, a.LastHeartbeat = req.GetNamespace(), req.GetWorkload(), req.GetAckedVersion(), now
 	a.Topics, a.Replica = DrainReports(req.GetTopics()), cp.cfg.replica
 	resp := &batonv1.HeartbeatResponse{Lease: durationpb.New(cp.cfg.lease), RequiredVersion: cp.version,

@@ -77,3 +77,9 @@ func (cp *ControlPlane) publishLocked() {
 	cp.shadow.NoteStates(states)
 	cp.cfg.xds.Update(renderResources(cp.version, cp.topics, cp.shadow.Profiles(), cp.cfg.forward, cp.cfg.source, cp.cfg.dest))
 }
+
+// RouteResources is every route of st, as the leader publishes them
+// (forward is F, clusters the Cluster resources): what a follower serves.
+func RouteResources(st *RouteState, forward time.Duration, clusters ...*batonv1.Cluster) xds.Resources {
+	return renderResources(st.Version, st.Topics, st.Latency, forward, clusters...)
+}
