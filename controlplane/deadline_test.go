@@ -175,7 +175,7 @@ func runEtcdChild(dir string) int {
 		return 1
 	}
 	defer s.Close()
-	fmt.Println(s.cli.Endpoints()[0])
+	fmt.Println(s.Client().Endpoints()[0])
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	return 0
 }

@@ -140,7 +140,7 @@ func TestDeposedLeaderRollbackIsNotLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = a.Close() })
-	b, err := OpenEtcd(ctx, a.cli.Endpoints())
+	b, err := OpenEtcd(ctx, a.Client().Endpoints())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +173,7 @@ func TestDeposedLeaderRollbackIsNotLeader(t *testing.T) {
 		t.Fatalf("never reached the step: %v", eventLines(t, ctx, pA, "dep"))
 	}
 	// A's term ends; B leads and rolls the cutover back.
-	if _, err := b.cli.Revoke(ctx, la.Lease()); err != nil {
+	if _, err := b.Client().Revoke(ctx, la.Lease()); err != nil {
 		t.Fatal(err)
 	}
 	elect(t, ctx, b, "b")

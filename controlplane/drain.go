@@ -15,7 +15,7 @@ import (
 // agent known without an incarnation (stored before they were recorded)
 // counts as an earlier process. Zero (no incarnation sent) changes
 // nothing.
-func (a *Agent) noteIncarnation(inc uint64) {
+func noteIncarnation(a *Agent, inc uint64) {
 	if inc == 0 || inc == a.Incarnation {
 		return
 	}

@@ -272,7 +272,7 @@ func (d *driver) rollBack(x cutover.RollBack) {
 	}
 	reason := x.Reason
 	bg := context.WithoutCancel(d.ctx)
-	if txns := cp.openTxns(bg, d.name); txns != "" {
+	if txns := cp.txns.HeldBy(bg, d.name); txns != "" {
 		reason += "; " + txns // what held the copy (docs/design.md §9)
 	}
 	if err := cp.rollback(bg, d.name, d.co, x.Kind, actor, reason); err != nil {

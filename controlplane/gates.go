@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/baton-kafka/baton/controlplane/shadow"
+	"github.com/baton-kafka/baton/controlplane/txngate"
 	"github.com/baton-kafka/baton/migration"
 )
 
@@ -145,6 +146,20 @@ func ForgottenProducerWindow(d time.Duration) Opt {
 	return optFunc(func(c *config) { c.forgottenWindow = d })
 }
 
+// WithTransactions sets how the control plane reads the source's
+// transactional producers (default none: no transactional-producer gate,
+// and a rollback does not name open transactions). baton controlplane
+// sets txngate.Source on the source's admin client.
+func WithTransactions(r txngate.Reader) Opt { return optFunc(func(c *config) { c.txns = r }) }
+
+// TransactionalProducerWindow sets how recently a transactional producer
+// must have written a topic for the transactional-producer gate to refuse
+// its cutover when no transaction is open (default txngate.DefaultWindow;
+// 0 turns the gate off).
+func TransactionalProducerWindow(d time.Duration) Opt {
+	return optFunc(func(c *config) { c.txnWindow = d })
+}
+
 // gates are the control plane's gates after the time lag, in check order.
 func (cp *ControlPlane) gates() []gateCheck {
 	var gs []gateCheck
@@ -159,8 +174,8 @@ func (cp *ControlPlane) gates() []gateCheck {
 				cp.now().Sub(at).Round(time.Second), w, what)
 		}})
 	}
-	if cp.cfg.txns != nil && cp.cfg.txnWindow > 0 {
-		gs = append(gs, gateCheck{GateTransactionalProducer, cp.transactionalGate})
+	if cp.txns.On() {
+		gs = append(gs, gateCheck{GateTransactionalProducer, cp.txns.Check})
 	}
 	gs = append(gs,
 		gateCheck{GateHeadroom, func(_ context.Context, topic string) string {

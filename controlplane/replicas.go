@@ -79,7 +79,7 @@ func (cp *ControlPlane) MergeRecords(ctx context.Context, lost bool, recs ...Rec
 		a := cp.agents[rec.Node]
 		if len(rec.Report) > 0 && !lost {
 			reports = append(reports, rec)
-			prevExpires = append(prevExpires, a.expires())
+			prevExpires = append(prevExpires, expires(a))
 		}
 		if rec.Rev <= cp.recorded[rec.Node] {
 			continue
@@ -90,13 +90,13 @@ func (cp *ControlPlane) MergeRecords(ctx context.Context, lost bool, recs ...Rec
 			cp.agents[rec.Node] = a
 		}
 		if !own {
-			a.takeRecord(rec.Agent, at, cp.cfg.lease)
+			takeRecord(a, rec.Agent, at, cp.cfg.lease)
 			// The record is the agent's latest state, and in etcd already:
 			// the leader's flush must not write an older one over it.
 			delete(cp.dirty, rec.Node)
 		}
 		if lost {
-			a.grantedSeen(at, cp.cfg.lease)
+			grantedSeen(a, at, cp.cfg.lease)
 		}
 		changed = true
 	}
@@ -117,7 +117,7 @@ func (cp *ControlPlane) MergeRecords(ctx context.Context, lost bool, recs ...Rec
 }
 
 // expires is when a's lease ends (a nil: never granted).
-func (a *Agent) expires() time.Time {
+func expires(a *Agent) time.Time {
 	if a == nil {
 		return time.Time{}
 	}
@@ -126,8 +126,8 @@ func (a *Agent) expires() time.Time {
 
 // takeRecord takes rec, another replica's record of a, as a report seen
 // at at.
-func (a *Agent) takeRecord(rec Agent, at time.Time, lease time.Duration) {
-	a.noteIncarnation(rec.Incarnation)
+func takeRecord(a *Agent, rec Agent, at time.Time, lease time.Duration) {
+	noteIncarnation(a, rec.Incarnation)
 	a.Namespace, a.Workload, a.AckedVersion, a.LastHeartbeat = rec.Namespace, rec.Workload, rec.AckedVersion, at
 	a.Refused, a.Replica = rec.Refused, rec.Replica
 	// What the agent acked stays known until it reports the topic again:
@@ -143,13 +143,13 @@ func (a *Agent) takeRecord(rec Agent, at time.Time, lease time.Duration) {
 	}
 	a.Topics = topics
 	if !rec.GrantedAt.IsZero() {
-		a.grantedSeen(at, lease)
+		grantedSeen(a, at, lease)
 	}
 }
 
 // grantedSeen counts a as granted a lease when the leader saw the record
 // of it, at (never earlier than a grant counted already).
-func (a *Agent) grantedSeen(at time.Time, lease time.Duration) {
+func grantedSeen(a *Agent, at time.Time, lease time.Duration) {
 	a.GrantedAt = maxTime(a.GrantedAt, at)
 	a.ExpiresAt = a.GrantedAt.Add(lease)
 }

@@ -87,7 +87,7 @@ func (h shadowHost) PushLatency(ctx context.Context, changed map[string]shadow.P
 	cp.publishLocked()
 	cp.mu.Unlock()
 	if es := cp.replicaStore(); es != nil {
-		if err := es.putLatency(ctx, changed); err != nil {
+		if err := es.PutLatency(ctx, changed); err != nil {
 			cp.log.Debug("recording latency profiles for the followers", "err", err)
 		}
 	}

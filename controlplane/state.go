@@ -1,8 +1,8 @@
 // Package controlplane owns Baton's control plane: the per-topic state
 // machine (docs/design.md §3), the cutover orchestrator (§6), the
-// Lease service agents heartbeat to, the etcd store that keeps topic
-// states, versions, agents' lease grants and the audit event log across
-// restarts. It drives the replicator through the small Replication
+// Lease service agents heartbeat to. It keeps topic states, versions,
+// agents' lease grants and the audit event log across restarts in a Store
+// (package controlplane/store's: on etcd, or in memory for tests). It drives the replicator through the small Replication
 // interface (its drivers are package controlplane/replication's), the
 // destination write guard through WriteGuard and the source fence through
 // SourceFence (their implementations on Kafka ACLs are package
@@ -42,6 +42,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/baton-kafka/baton/controlplane/store"
+	"github.com/baton-kafka/baton/controlplane/txngate"
 	"github.com/baton-kafka/baton/migration"
 )
 
@@ -73,27 +75,28 @@ var (
 	// ErrClosed: the control plane is shutting down.
 	ErrClosed = errors.New("controlplane: closed")
 	// ErrStoreUnavailable: a MemStore set unavailable refused a write.
-	ErrStoreUnavailable = errors.New("controlplane: store unavailable")
+	ErrStoreUnavailable = store.ErrStoreUnavailable
 	// ErrDataDirLocked: another process runs an embedded etcd on the
 	// data directory; the message names it.
-	ErrDataDirLocked = errors.New("controlplane: data directory in use")
+	ErrDataDirLocked = store.ErrDataDirLocked
 	// ErrNoSourceFence: a topic's routes told agents its source is fenced
 	// at the cutover, and this control plane runs without a source fence.
 	ErrNoSourceFence = errors.New("controlplane: no source fence")
 	// ErrNotLeader: this control plane's leader term ended (another
 	// replica was elected): it wrote nothing and must stop.
-	ErrNotLeader = errors.New("controlplane: not the leader")
+	ErrNotLeader = store.ErrNotLeader
 	// ErrVersionMoved: a follower's lease grant was not recorded, because
 	// the config version changed since the follower read it; the agent
 	// must apply the new routes first.
-	ErrVersionMoved = errors.New("controlplane: the config version moved")
+	ErrVersionMoved = store.ErrVersionMoved
 	// ErrDecided: a cutover attempt's COMPLETE or rollback committed
 	// already; the write that got it wrote nothing.
-	ErrDecided = errors.New("controlplane: the cutover attempt is decided")
+	ErrDecided = store.ErrDecided
 	// ErrTransactions: the source's transactional producers of a topic
 	// could not be read (DescribeProducers, ListTransactions,
-	// DescribeTransactions); the message says which and why.
-	ErrTransactions = errors.New("controlplane: reading the source's transactions")
+	// DescribeTransactions); the message says which and why. It is
+	// txngate.ErrRead.
+	ErrTransactions = txngate.ErrRead
 )
 
 // Rule is one named rule of the state machine.

@@ -27,10 +27,12 @@ import (
 	"github.com/baton-kafka/baton/controlplane"
 	"github.com/baton-kafka/baton/controlplane/acl"
 	"github.com/baton-kafka/baton/controlplane/httpapi"
+	"github.com/baton-kafka/baton/controlplane/nodeauth"
 	"github.com/baton-kafka/baton/controlplane/replicas"
 	"github.com/baton-kafka/baton/controlplane/replication"
 	"github.com/baton-kafka/baton/controlplane/rollout"
 	"github.com/baton-kafka/baton/controlplane/shadow"
+	"github.com/baton-kafka/baton/controlplane/txngate"
 	"github.com/baton-kafka/baton/internal/keypair"
 	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/replicator"
@@ -122,7 +124,7 @@ func (fl *controlPlaneFlags) add(cmd *cobra.Command) {
 	f.DurationVar(&fl.bypassGrace, "bypass-grace", 0, "how long a batch read from a PROXY topic's source waits for every agent that may have written it to report past it; past it the batch is unattributable, never a bypass (default: twice the lease)")
 	f.DurationVar(&fl.forgottenWindow, "gate-forgotten-producer-window", controlplane.DefaultForgottenProducerWindow,
 		"the forgotten-producer cutover gate refuses a topic written by a producer that bypassed the agents within this window (0: gate off)")
-	f.DurationVar(&fl.txnWindow, "gate-transactional-producer-window", controlplane.DefaultTransactionalProducerWindow,
+	f.DurationVar(&fl.txnWindow, "gate-transactional-producer-window", txngate.DefaultWindow,
 		"the transactional-producer cutover gate refuses a topic with a transaction open on the source, or written by a transactional producer within this window (0: gate off)")
 	f.StringVar(&fl.admin, "admin", "", "address of /metrics, the control plane's and its replicator's, e.g. 127.0.0.1:9406 (default: off)")
 	f.StringVar(&fl.apiTokensFile, "api-tokens-file", "", "YAML list of the HTTP API's callers (name, role read-only or operator, sha256 of the token); every request then needs a bearer token")
@@ -337,7 +339,7 @@ func (w *leaderWiring) lead(ctx context.Context, margin time.Duration) (*replica
 		controlplane.LeaseDuration(fl.lease), controlplane.ForwardDeadline(fl.forward), controlplane.CutoverTimeout(fl.timeout),
 		controlplane.BypassWatch(fl.bypassWatch), controlplane.BypassGrace(fl.bypassGrace),
 		controlplane.ForgottenProducerWindow(fl.forgottenWindow), controlplane.Registry(w.reg),
-		controlplane.WithTransactions(&controlplane.SourceTransactions{Admin: kadm.NewClient(scl)}),
+		controlplane.WithTransactions(&txngate.Source{Admin: kadm.NewClient(scl)}),
 		controlplane.TransactionalProducerWindow(fl.txnWindow),
 		controlplane.ReplicaID(fl.replicaID), controlplane.TakeoverMargin(margin),
 		controlplane.WithRecords(replicas.NewRecords(w.store, w.log)),
@@ -630,9 +632,9 @@ func grpcSecurity(certFile, keyFile, clientCA, identities string) (credentials.T
 	case clientCA == "":
 		return credentials.NewTLS(cfg), nil, nil
 	}
-	var rules []controlplane.NodeRule
+	var rules []nodeauth.Rule
 	if identities != "" {
-		if rules, err = controlplane.LoadNodeRules(identities); err != nil {
+		if rules, err = nodeauth.Load(identities); err != nil {
 			return nil, nil, fmt.Errorf("--agent-identities: %w", err)
 		}
 	}

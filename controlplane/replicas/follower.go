@@ -115,7 +115,7 @@ func (f *Follower) Version() uint64 {
 func (f *Follower) publish() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.cfg.XDS.Update(f.state.Resources(f.cfg.Forward, f.cfg.Source, f.cfg.Dest))
+	f.cfg.XDS.Update(controlplane.RouteResources(&f.state, f.cfg.Forward, f.cfg.Source, f.cfg.Dest))
 }
 
 // Run watches the routes' state, publishing every change, and records

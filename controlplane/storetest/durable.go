@@ -5,7 +5,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/store"
 	"github.com/baton-kafka/baton/migration"
 )
 
@@ -35,7 +35,7 @@ func testDurable(t *testing.T, impl Impl) {
 	if err := s.PutTopic(ctx, b, 3); err != nil {
 		t.Fatal(err)
 	}
-	agents := []controlplane.Agent{{Node: "n1", AckedVersion: 3, GrantedAt: at(4)}, {Node: "n2", AckedVersion: 2, ExpiresAt: at(5)}}
+	agents := []store.Agent{{Node: "n1", AckedVersion: 3, GrantedAt: at(4)}, {Node: "n2", AckedVersion: 2, ExpiresAt: at(5)}}
 	if err := s.PutAgents(ctx, agents); err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func testDurable(t *testing.T, impl Impl) {
 		t.Errorf("after a reopen AppendEvent numbered %d, not above the kept %d", next.Seq, evs[len(evs)-1].Seq)
 	}
 	got, err := s.PutTopicUndecided(ctx, topic("a", migration.Proxy, 1, 4), 4, 1, true)
-	if !errors.Is(err, controlplane.ErrDecided) || !reflect.DeepEqual(got, a) {
+	if !errors.Is(err, store.ErrDecided) || !reflect.DeepEqual(got, a) {
 		t.Errorf("after a reopen, a decided attempt decided again: %+v, %v; want ErrDecided and %+v", got, err, a)
 	}
 }

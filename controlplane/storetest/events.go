@@ -6,20 +6,20 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/store"
 )
 
 // event is the i-th event a subtest appends, every kind of field set.
-func event(i int, topic string) controlplane.Event {
-	return controlplane.Event{Time: at(i), Topic: topic, Kind: controlplane.EventAdded, From: "REJECT", To: "PROXY",
+func event(i int, topic string) store.Event {
+	return store.Event{Time: at(i), Topic: topic, Kind: "added", From: "REJECT", To: "PROXY",
 		Actor: "test", Reason: fmt.Sprint("event ", i), Attempt: i, Agent: "node", Version: uint64(i + 1), StartedAt: at(i + 1)}
 }
 
 // appendEvents appends an event of each topic in turn and returns them as
 // AppendEvent did, checking that each is numbered above the last.
-func appendEvents(t *testing.T, ctx context.Context, s controlplane.Store, from int, topics ...string) []controlplane.Event {
+func appendEvents(t *testing.T, ctx context.Context, s store.Store, from int, topics ...string) []store.Event {
 	t.Helper()
-	var out []controlplane.Event
+	var out []store.Event
 	var last uint64
 	for i, topic := range topics {
 		e := event(from+i, topic)
@@ -41,8 +41,8 @@ func appendEvents(t *testing.T, ctx context.Context, s controlplane.Store, from 
 
 // after returns the events of evs with Seq above seq, of topic ("" for
 // all): what Events and Follow must give.
-func after(evs []controlplane.Event, topic string, seq uint64) []controlplane.Event {
-	var out []controlplane.Event
+func after(evs []store.Event, topic string, seq uint64) []store.Event {
+	var out []store.Event
 	for _, e := range evs {
 		if e.Seq > seq && (topic == "" || e.Topic == topic) {
 			out = append(out, e)
@@ -84,7 +84,7 @@ var seqCases = []seqCase{
 	{"after the last", "a", 2},
 }
 
-func seqOf(evs []controlplane.Event, i int) uint64 {
+func seqOf(evs []store.Event, i int) uint64 {
 	if i < 0 {
 		return 0
 	}
@@ -123,7 +123,7 @@ func testFollow(t *testing.T, impl Impl) {
 // time, each received (if it is the topic's) before the next is appended;
 // the last is the topic's, so an event of another topic sent before it
 // is seen. Once ctx ends nothing more may come, and the channel closes.
-func followCase(t *testing.T, s controlplane.Store, tc seqCase) {
+func followCase(t *testing.T, s store.Store, tc seqCase) {
 	ctx := ctxOf(t)
 	past := appendEvents(t, ctx, s, 0, "a", "b", "a")
 	seq := seqOf(past, tc.after)
@@ -160,7 +160,7 @@ func followCase(t *testing.T, s controlplane.Store, tc seqCase) {
 	}
 }
 
-func receive(t *testing.T, ctx context.Context, ch <-chan controlplane.Event, want controlplane.Event) {
+func receive(t *testing.T, ctx context.Context, ch <-chan store.Event, want store.Event) {
 	t.Helper()
 	select {
 	case got, ok := <-ch:

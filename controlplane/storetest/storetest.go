@@ -1,4 +1,4 @@
-// Package storetest owns the conformance suite of controlplane.Store:
+// Package storetest owns the conformance suite of store.Store:
 // what every store must do, checked against each implementation (the etcd
 // store and the in-memory test double) by Run.
 //
@@ -50,18 +50,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/store"
 )
 
 // Impl is a Store implementation under test.
 type Impl struct {
 	// Open returns a new, empty store for one subtest. Required. Run
 	// closes it when the subtest ends.
-	Open func(t *testing.T) controlplane.Store
+	Open func(t *testing.T) store.Store
 	// Reopen returns the store s, which Run has closed, opened again on
 	// what it kept. Nil: the store is not durable, and the durability
 	// subtest is not run.
-	Reopen func(t *testing.T, s controlplane.Store) controlplane.Store
+	Reopen func(t *testing.T, s store.Store) store.Store
 }
 
 // wait bounds every wait of a subtest for the store: a store that
@@ -100,7 +100,7 @@ func Run(t *testing.T, impl Impl) {
 }
 
 // open opens a store that is closed when t ends.
-func open(t *testing.T, impl Impl) controlplane.Store {
+func open(t *testing.T, impl Impl) store.Store {
 	t.Helper()
 	s := impl.Open(t)
 	t.Cleanup(func() { _ = s.Close() })
@@ -118,18 +118,18 @@ func at(sec int) time.Time { return time.Date(2025, 3, 4, 5, 6, sec, 789, time.U
 
 type loaded struct {
 	version uint64
-	topics  []controlplane.Topic
-	agents  []controlplane.Agent
+	topics  []store.Topic
+	agents  []store.Agent
 }
 
 // load loads s, topics sorted by name and agents by node.
-func load(t *testing.T, ctx context.Context, s controlplane.Store) loaded {
+func load(t *testing.T, ctx context.Context, s store.Store) loaded {
 	t.Helper()
 	v, topics, agents, err := s.Load(ctx)
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
-	slices.SortFunc(topics, func(a, b controlplane.Topic) int { return cmp.Compare(a.Name, b.Name) })
-	slices.SortFunc(agents, func(a, b controlplane.Agent) int { return cmp.Compare(a.Node, b.Node) })
+	slices.SortFunc(topics, func(a, b store.Topic) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortFunc(agents, func(a, b store.Agent) int { return cmp.Compare(a.Node, b.Node) })
 	return loaded{v, topics, agents}
 }

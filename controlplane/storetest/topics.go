@@ -9,23 +9,23 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/baton-kafka/baton/controlplane"
 	"github.com/baton-kafka/baton/controlplane/cutover"
+	"github.com/baton-kafka/baton/controlplane/store"
 	"github.com/baton-kafka/baton/migration"
 	"github.com/baton-kafka/baton/replicator"
 	"github.com/baton-kafka/baton/xds"
 )
 
 // topic is a topic as written at version v, every kind of field set.
-func topic(name string, state migration.State, attempt int, v uint64) controlplane.Topic {
-	t := controlplane.Topic{
-		TopicSpec: controlplane.TopicSpec{Name: name, State: state, Mode: "hold",
-			Target: xds.Target{Namespaces: []string{"ns"}}, Shadow: controlplane.Shadow{Headroom: true}},
+func topic(name string, state migration.State, attempt int, v uint64) store.Topic {
+	t := store.Topic{
+		TopicSpec: store.TopicSpec{Name: name, State: state, Mode: "hold",
+			Target: xds.Target{Namespaces: []string{"ns"}}, Shadow: store.Shadow{Headroom: true}},
 		Version: v, Attempts: attempt, UpdatedAt: at(int(v % 60)), FenceAtCutover: true,
 	}
 	switch state {
 	case migration.Migrating:
-		t.Cutover = &controlplane.Cutover{Attempt: attempt, Version: v, StartedAt: at(1), Deadline: at(2),
+		t.Cutover = &store.Cutover{Attempt: attempt, Version: v, StartedAt: at(1), Deadline: at(2),
 			Actor: "test", Step: cutover.StepRollingBack}
 	case migration.Complete:
 		t.SourceBatches = []replicator.SourceBatch{{Partition: 1, ProducerID: 7, BaseSeq: 3, Records: 2, Offset: 40}}
@@ -46,13 +46,13 @@ func testPutTopic(t *testing.T, impl Impl) {
 	ctx := ctxOf(t)
 	s := open(t, impl)
 	a1, b, a2 := topic("a", migration.Proxy, 0, 1), topic("b", migration.Reject, 0, 2), topic("a", migration.Migrating, 1, 3)
-	for i, w := range []controlplane.Topic{a1, b, a2} {
+	for i, w := range []store.Topic{a1, b, a2} {
 		if err := s.PutTopic(ctx, w, uint64(i+1)); err != nil {
 			t.Fatalf("PutTopic %s: %v", w.Name, err)
 		}
 	}
 	got := load(t, ctx, s)
-	if want := []controlplane.Topic{a2, b}; got.version != 3 || !reflect.DeepEqual(got.topics, want) {
+	if want := []store.Topic{a2, b}; got.version != 3 || !reflect.DeepEqual(got.topics, want) {
 		t.Errorf("Load after PutTopic a, b, a again: version %d, topics %+v; want 3, %+v", got.version, got.topics, want)
 	}
 	if len(got.agents) != 0 {
@@ -64,7 +64,7 @@ func testDeleteTopic(t *testing.T, impl Impl) {
 	ctx := ctxOf(t)
 	s := open(t, impl)
 	a, b := topic("a", migration.Proxy, 0, 1), topic("b", migration.Proxy, 0, 2)
-	for i, w := range []controlplane.Topic{a, b} {
+	for i, w := range []store.Topic{a, b} {
 		if err := s.PutTopic(ctx, w, uint64(i+1)); err != nil {
 			t.Fatal(err)
 		}
@@ -72,7 +72,7 @@ func testDeleteTopic(t *testing.T, impl Impl) {
 	if err := s.DeleteTopic(ctx, "a", 3); err != nil {
 		t.Fatalf("DeleteTopic: %v", err)
 	}
-	if got := load(t, ctx, s); got.version != 3 || !reflect.DeepEqual(got.topics, []controlplane.Topic{b}) {
+	if got := load(t, ctx, s); got.version != 3 || !reflect.DeepEqual(got.topics, []store.Topic{b}) {
 		t.Errorf("Load after DeleteTopic a: version %d, topics %+v; want 3, only b", got.version, got.topics)
 	}
 }
@@ -80,14 +80,14 @@ func testDeleteTopic(t *testing.T, impl Impl) {
 func testPutAgents(t *testing.T, impl Impl) {
 	ctx := ctxOf(t)
 	s := open(t, impl)
-	agent := func(i int, acked uint64) controlplane.Agent {
-		return controlplane.Agent{Node: fmt.Sprintf("node-%03d", i), Namespace: "ns", Workload: "w", AckedVersion: acked,
+	agent := func(i int, acked uint64) store.Agent {
+		return store.Agent{Node: fmt.Sprintf("node-%03d", i), Namespace: "ns", Workload: "w", AckedVersion: acked,
 			LastHeartbeat: at(1), GrantedAt: at(2), ExpiresAt: at(3), Incarnation: uint64(i + 1),
-			Topics: map[string]controlplane.TopicDrain{"a": {InFlight: 2, AckedEnds: map[int32]int64{0: 9}}},
+			Topics: map[string]store.TopicDrain{"a": {InFlight: 2, AckedEnds: map[int32]int64{0: 9}}},
 			Report: []byte{1, 2}}
 	}
 	// More agents than fit one etcd transaction of PutAgents.
-	var first []controlplane.Agent
+	var first []store.Agent
 	for i := range 150 {
 		first = append(first, agent(i, 1))
 	}
@@ -95,7 +95,7 @@ func testPutAgents(t *testing.T, impl Impl) {
 		t.Fatalf("PutAgents: %v", err)
 	}
 	// Again: two replaced, one new; the others are kept.
-	if err := s.PutAgents(ctx, []controlplane.Agent{agent(3, 2), agent(149, 2), agent(150, 2)}); err != nil {
+	if err := s.PutAgents(ctx, []store.Agent{agent(3, 2), agent(149, 2), agent(150, 2)}); err != nil {
 		t.Fatalf("PutAgents: %v", err)
 	}
 	want := append(first, agent(150, 2))
@@ -110,7 +110,7 @@ func testPutAgents(t *testing.T, impl Impl) {
 }
 
 // diffAgents names the first agent in which got and want differ.
-func diffAgents(got, want []controlplane.Agent) string {
+func diffAgents(got, want []store.Agent) string {
 	for i := range min(len(got), len(want)) {
 		if !reflect.DeepEqual(got[i], want[i]) {
 			return fmt.Sprintf("got %+v, want %+v", got[i], want[i])
@@ -156,9 +156,9 @@ func testPutTopicUndecided(t *testing.T, impl Impl) {
 
 // runUndecided writes steps to s in turn, each at the next version, and
 // checks what each returns and what Load finds after it.
-func runUndecided(t *testing.T, s controlplane.Store, steps []undecidedStep) {
+func runUndecided(t *testing.T, s store.Store, steps []undecidedStep) {
 	ctx := ctxOf(t)
-	stored, version := map[string]controlplane.Topic{}, uint64(0)
+	stored, version := map[string]store.Topic{}, uint64(0)
 	for i, st := range steps {
 		v := uint64(i + 1)
 		desc := fmt.Sprintf("step %d (%s %s attempt %d)", i+1, st.op, st.topic, st.attempt)
@@ -178,10 +178,10 @@ func runUndecided(t *testing.T, s controlplane.Store, steps []undecidedStep) {
 			if st.op == "decide" {
 				w = topic(st.topic, migration.Complete, st.attempt, v)
 			}
-			var got controlplane.Topic
+			var got store.Topic
 			got, err = s.PutTopicUndecided(ctx, w, v, st.attempt, st.op == "decide")
 			switch {
-			case st.refused && !errors.Is(err, controlplane.ErrDecided):
+			case st.refused && !errors.Is(err, store.ErrDecided):
 				t.Fatalf("%s: %v, want ErrDecided", desc, err)
 			case st.refused:
 				if !reflect.DeepEqual(got, stored[st.topic]) {
@@ -202,9 +202,9 @@ func runUndecided(t *testing.T, s controlplane.Store, steps []undecidedStep) {
 	}
 }
 
-func checkTopics(t *testing.T, ctx context.Context, s controlplane.Store, desc string, version uint64, stored map[string]controlplane.Topic) {
+func checkTopics(t *testing.T, ctx context.Context, s store.Store, desc string, version uint64, stored map[string]store.Topic) {
 	t.Helper()
-	want := []controlplane.Topic{}
+	want := []store.Topic{}
 	for _, name := range slices.Sorted(maps.Keys(stored)) {
 		want = append(want, stored[name])
 	}

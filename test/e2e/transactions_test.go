@@ -19,6 +19,7 @@ import (
 	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/controlplane"
 	"github.com/baton-kafka/baton/controlplane/replication"
+	"github.com/baton-kafka/baton/controlplane/txngate"
 	"github.com/baton-kafka/baton/internal/testlog"
 	"github.com/baton-kafka/baton/internal/wait"
 	"github.com/baton-kafka/baton/migration"
@@ -76,7 +77,7 @@ func TestTransactionalProducerRealKafka(t *testing.T) {
 	srcAdm := kadm.NewClient(newClient(t, src.Bootstrap()))
 	cp, err := controlplane.New(ctx, controlplane.WithStore(controlplane.NewMemStore()), controlplane.Logger(log),
 		controlplane.WithReplication(&replication.ReplicatorAdapter{R: r, Source: srcAdm}),
-		controlplane.WithTransactions(&controlplane.SourceTransactions{Admin: srcAdm}),
+		controlplane.WithTransactions(&txngate.Source{Admin: srcAdm}),
 		// Room on a loaded machine: the gate wants lag <= timeout/4.
 		controlplane.CutoverTimeout(30*time.Second),
 		controlplane.Clusters(&batonv1.Cluster{Name: "source", Bootstrap: src.Addrs()},
@@ -153,7 +154,7 @@ func TestTransactionalProducerRealKafka(t *testing.T) {
 	// What the gate reads: S's leaders report the open transaction's first
 	// offset (DescribeProducers), as the gate names it.
 	wait.For(t, time.Minute, "S to describe the producer's open transaction with its first offset", func() string {
-		ws, err := (&controlplane.SourceTransactions{Admin: srcAdm}).Writers(ctx, topic, time.Time{})
+		ws, err := (&txngate.Source{Admin: srcAdm}).Writers(ctx, topic, time.Time{})
 		if err != nil {
 			return err.Error()
 		}

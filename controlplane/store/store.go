@@ -1,12 +1,22 @@
-package controlplane
+// Package store owns what the control plane keeps across restarts
+// (docs/design.md §3, §13.1): the topics with their states and cutover
+// attempts, the config version, the agents' lease state, the audit log's
+// events, the ACLs the write guard and the source fence created
+// (acl.Ledger), and a cutover attempt's decision, written once. Store is
+// its contract (package storetest's suite checks it); EtcdStore keeps it
+// on etcd, embedded or external, and holds what replicas share through
+// etcd beyond it (replicastore.go); MemStore keeps it in memory, for
+// tests.
+//
+// It does not import the control plane: the control plane's Topic,
+// Agent, Event and Store are its types under the control plane's names.
+package store
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
-	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -17,7 +27,26 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/baton-kafka/baton/controlplane/acl"
-	"github.com/baton-kafka/baton/internal/dirlock"
+)
+
+// Errors. Their text is the control plane's, as before the store was a
+// package of its own; package controlplane declares them too.
+var (
+	// ErrDecided: a cutover attempt's COMPLETE or rollback committed
+	// already; the write that got it wrote nothing.
+	ErrDecided = errors.New("controlplane: the cutover attempt is decided")
+	// ErrStoreUnavailable: a MemStore set unavailable refused a write.
+	ErrStoreUnavailable = errors.New("controlplane: store unavailable")
+	// ErrDataDirLocked: another process runs an embedded etcd on the
+	// data directory; the message names it.
+	ErrDataDirLocked = errors.New("controlplane: data directory in use")
+	// ErrNotLeader: this control plane's leader term ended (another
+	// replica was elected): it wrote nothing and must stop.
+	ErrNotLeader = errors.New("controlplane: not the leader")
+	// ErrVersionMoved: a follower's lease grant was not recorded, because
+	// the config version changed since the follower read it; the agent
+	// must apply the new routes first.
+	ErrVersionMoved = errors.New("controlplane: the config version moved")
 )
 
 // Store keeps the control plane's state: EtcdStore in production,
@@ -189,101 +218,6 @@ func OpenEtcd(ctx context.Context, endpoints []string) (*EtcdStore, error) {
 		return nil, err
 	}
 	return s, nil
-}
-
-// LockFile is the file in an embedded etcd's data directory that the
-// running control plane holds an flock on, with its pid inside.
-const LockFile = "baton.lock"
-
-// OpenEmbedded starts a single-node etcd keeping its data in dir (created if
-// missing; reused across restarts) on loopback ports, and connects to it.
-// A directory another process uses is refused at once with
-// ErrDataDirLocked, naming that process: etcd itself would wait forever
-// for its database file's lock.
-func OpenEmbedded(ctx context.Context, dir string) (*EtcdStore, error) {
-	lock, err := lockDataDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	s, err := openEmbedded(ctx, dir)
-	if err != nil {
-		_ = lock.Close()
-		return nil, err
-	}
-	s.lock = lock
-	return s, nil
-}
-
-// lockDataDir takes the data directory's lock (internal/dirlock): the
-// kernel drops it when the process dies, so a crashed control plane leaves
-// nothing to clean up.
-func lockDataDir(dir string) (*os.File, error) {
-	f, err := dirlock.Lock(dir, LockFile)
-	if errors.Is(err, dirlock.ErrLocked) {
-		return nil, fmt.Errorf("%w: %w; stop it or use another data directory", ErrDataDirLocked, err)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("controlplane: data dir: %w", err)
-	}
-	return f, nil
-}
-
-func openEmbedded(ctx context.Context, dir string) (*EtcdStore, error) {
-	cfg := embed.NewConfig()
-	cfg.Dir = dir
-	// etcd logs "server closed" at level error on every clean Close; what
-	// goes wrong at start still comes back as an error from StartEtcd or
-	// the readiness wait below.
-	cfg.LogLevel = "fatal"
-	cfg.Logger = "zap"
-	ports, err := freePorts(2)
-	if err != nil {
-		return nil, err
-	}
-	cu, _ := url.Parse("http://127.0.0.1:" + strconv.Itoa(ports[0]))
-	pu, _ := url.Parse("http://127.0.0.1:" + strconv.Itoa(ports[1]))
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
-	cfg.InitialCluster = cfg.Name + "=" + pu.String()
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("controlplane: embedded etcd in %s: %w", dir, err)
-	}
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(30 * time.Second):
-		e.Close()
-		return nil, errors.New("controlplane: embedded etcd did not become ready in 30s")
-	case <-ctx.Done():
-		e.Close()
-		return nil, ctx.Err()
-	}
-	s, err := OpenEtcd(ctx, []string{cu.String()})
-	if err != nil {
-		e.Close()
-		return nil, err
-	}
-	s.emb = e
-	return s, nil
-}
-
-func freePorts(n int) ([]int, error) {
-	var out []int
-	var lns []net.Listener
-	defer func() {
-		for _, l := range lns {
-			_ = l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		lns = append(lns, l)
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
-	}
-	return out, nil
 }
 
 // Close disconnects and stops the embedded etcd, if any.

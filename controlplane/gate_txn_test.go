@@ -4,95 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/baton-kafka/baton/controlplane/txngate"
 	"github.com/baton-kafka/baton/migration"
 )
-
-// TestWritersOf: which of a topic's producers the source describes are
-// its transactional writers. Real Kafka describes every producer with
-// state on a partition (idempotent ones too) with its last write; kfake
-// only those in a transaction.
-func TestWritersOf(t *testing.T) {
-	t.Parallel()
-	now := time.UnixMilli(1_000_000_000)
-	since := now.Add(-time.Minute)
-	recent, old := now.Add(-10*time.Second).UnixMilli(), now.Add(-time.Hour).UnixMilli()
-	prod := func(pid int64, p int32, last, txnStart int64) kadm.DescribedProducer {
-		return kadm.DescribedProducer{Topic: "t", Partition: p, ProducerID: pid, LastTimestamp: last, CurrentTxnStartOffset: txnStart}
-	}
-	named := func(pid int64, id, state string) kadm.ListedTransaction {
-		return kadm.ListedTransaction{TxnID: id, ProducerID: pid, State: state}
-	}
-	cases := []struct {
-		name      string
-		producers []kadm.DescribedProducer
-		named     []kadm.ListedTransaction
-		txns      []kadm.DescribedTransaction
-		since     time.Time
-		want      map[int64]string          // producer id: transactional id
-		open      map[int64]map[int32]int64 // producer id: its open partitions
-	}{
-		{name: "open, named", producers: []kadm.DescribedProducer{prod(5, 0, recent, 12), prod(5, 1, recent, 3)},
-			named: []kadm.ListedTransaction{named(5, "app", "Ongoing")}, since: since,
-			want: map[int64]string{5: "app"}, open: map[int64]map[int32]int64{5: {0: 12, 1: 3}}},
-		{name: "open, nobody names it (hanging, or not ours to describe)", producers: []kadm.DescribedProducer{prod(6, 0, old, 40)}, since: since,
-			want: map[int64]string{6: ""}, open: map[int64]map[int32]int64{6: {0: 40}}},
-		{name: "recent, transactional, none open", producers: []kadm.DescribedProducer{prod(5, 0, recent, -1)},
-			named: []kadm.ListedTransaction{named(5, "app", "CompleteCommit")}, since: since, want: map[int64]string{5: "app"}},
-		{name: "recent, idempotent", producers: []kadm.DescribedProducer{prod(7, 0, recent, -1)}, since: since},
-		{name: "old, transactional, none open", producers: []kadm.DescribedProducer{prod(5, 0, old, -1)},
-			named: []kadm.ListedTransaction{named(5, "app", "CompleteCommit")}, since: since},
-		{name: "recent, transactional, but open only asked", producers: []kadm.DescribedProducer{prod(5, 0, recent, -1)},
-			named: []kadm.ListedTransaction{named(5, "app", "CompleteCommit")}},
-		{name: "an ongoing transaction that added a partition, nothing written yet",
-			txns: []kadm.DescribedTransaction{{TxnID: "early", ProducerID: 9, State: "Ongoing", Topics: kadm.TopicsSet{"t": {2: {}}}}},
-			want: map[int64]string{9: "early"}, open: map[int64]map[int32]int64{9: {2: -1}}},
-		{name: "an ongoing transaction of another topic",
-			txns: []kadm.DescribedTransaction{{TxnID: "else", ProducerID: 9, State: "Ongoing", Topics: kadm.TopicsSet{"u": {0: {}}}}}},
-		{name: "a finished transaction that still lists the topic",
-			txns: []kadm.DescribedTransaction{{TxnID: "done", ProducerID: 9, State: "CompleteAbort", Topics: kadm.TopicsSet{"t": {0: {}}}}}},
-		{name: "written and added", producers: []kadm.DescribedProducer{prod(5, 0, recent, 12)},
-			named: []kadm.ListedTransaction{named(5, "app", "Ongoing")},
-			txns:  []kadm.DescribedTransaction{{TxnID: "app", ProducerID: 5, State: "Ongoing", Topics: kadm.TopicsSet{"t": {0: {}, 1: {}}}}},
-			since: since, want: map[int64]string{5: "app"}, open: map[int64]map[int32]int64{5: {0: 12, 1: -1}}},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			lt := kadm.ListedTransactions{}
-			for _, l := range c.named {
-				lt[l.TxnID] = l
-			}
-			dt := kadm.DescribedTransactions{}
-			for _, d := range c.txns {
-				dt[d.TxnID] = d
-			}
-			ws := writersOf("t", c.producers, lt, dt, c.since)
-			got := map[int64]string{}
-			for _, w := range ws {
-				got[w.ProducerID] = w.TransactionalID
-				if want := c.open[w.ProducerID]; !maps.Equal(w.Open, want) && (len(w.Open) > 0 || len(want) > 0) {
-					t.Errorf("producer %d open %v, want %v", w.ProducerID, w.Open, want)
-				}
-				if d := w.describe(now); (w.TransactionalID != "" && !strings.Contains(d, fmt.Sprintf("%q", w.TransactionalID))) ||
-					!strings.Contains(d, fmt.Sprint(w.ProducerID)) {
-					t.Errorf("described as %q: names neither its transactional id nor its producer id", d)
-				}
-			}
-			if !maps.Equal(got, c.want) && (len(got) > 0 || len(c.want) > 0) {
-				t.Errorf("writers %v, want %v", got, c.want)
-			}
-		})
-	}
-}
 
 // txnEnv is kfake S and D with the replicator, a control plane reading
 // S's transactions, topic in PROXY, and a transactional producer of S.
@@ -100,7 +21,7 @@ func txnEnv(t *testing.T, ctx context.Context, topic, txnID string, opts ...Opt)
 	t.Helper()
 	k := startKafka(t, ctx)
 	k.produce(t, ctx, topic, 4)
-	p := startPlane(t, ctx, t.TempDir(), "", k, append([]Opt{WithTransactions(&SourceTransactions{Admin: k.repl.Source})}, opts...)...)
+	p := startPlane(t, ctx, t.TempDir(), "", k, append([]Opt{WithTransactions(&txngate.Source{Admin: k.repl.Source})}, opts...)...)
 	if _, err := p.cp.AddTopic(ctx, TopicSpec{Name: topic, State: migration.Proxy}, "test"); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package controlplane
+package store
 
 import (
 	"context"
@@ -6,14 +6,11 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/metadata"
 
-	batonv1 "github.com/baton-kafka/baton/api/baton/v1"
 	"github.com/baton-kafka/baton/controlplane/shadow"
-	"github.com/baton-kafka/baton/xds"
 )
 
 // What replicas share through etcd beyond Store (docs/design.md §13.1),
@@ -52,7 +49,8 @@ type RouteState struct {
 	Rev     int64
 	Version uint64
 	Topics  map[string]*Topic
-	latency map[string]shadow.Profile
+	// Latency are the latency profiles the leader pushed.
+	Latency map[string]shadow.Profile
 }
 
 // LoadRouteState reads the routes' state at one revision.
@@ -61,19 +59,13 @@ func (s *EtcdStore) LoadRouteState(ctx context.Context) (RouteState, error) {
 	if err != nil {
 		return RouteState{}, fmt.Errorf("controlplane: etcd: %w", err)
 	}
-	st := RouteState{Rev: r.Header.Revision, Topics: map[string]*Topic{}, latency: map[string]shadow.Profile{}}
+	st := RouteState{Rev: r.Header.Revision, Topics: map[string]*Topic{}, Latency: map[string]shadow.Profile{}}
 	for _, kv := range r.Kvs {
 		if err := st.Apply(false, kv.Key, kv.Value); err != nil {
 			return RouteState{}, err
 		}
 	}
 	return st, nil
-}
-
-// Resources is every route of st, as the leader publishes them (forward
-// is F, clusters the Cluster resources).
-func (st *RouteState) Resources(forward time.Duration, clusters ...*batonv1.Cluster) xds.Resources {
-	return renderResources(st.Version, st.Topics, st.latency, forward, clusters...)
 }
 
 // Apply changes st by one key's put or delete (a watched event of
@@ -105,14 +97,14 @@ func (st *RouteState) Apply(del bool, key, value []byte) error {
 	case strings.HasPrefix(k, keyLatency):
 		name := strings.TrimPrefix(k, keyLatency)
 		if del {
-			delete(st.latency, name)
+			delete(st.Latency, name)
 			return nil
 		}
 		var l shadow.Profile
 		if err := json.Unmarshal(value, &l); err != nil {
 			return fmt.Errorf("controlplane: bad record %s: %w", k, err)
 		}
-		st.latency[name] = l
+		st.Latency[name] = l
 	}
 	return nil
 }
@@ -122,9 +114,9 @@ func (s *EtcdStore) WatchRouteState(ctx context.Context, rev int64) clientv3.Wat
 	return s.cli.Watch(clientv3.WithRequireLeader(ctx), routeStateFrom, clientv3.WithRange(routeStateEnd), clientv3.WithRev(rev+1))
 }
 
-// putLatency records the latency profiles the leader pushed (fenced on its
+// PutLatency records the latency profiles the leader pushed (fenced on its
 // term, like every write of it).
-func (s *EtcdStore) putLatency(ctx context.Context, profiles map[string]shadow.Profile) error {
+func (s *EtcdStore) PutLatency(ctx context.Context, profiles map[string]shadow.Profile) error {
 	ops := make([]clientv3.Op, 0, len(profiles))
 	for name, l := range profiles {
 		b, err := json.Marshal(l)

@@ -1,8 +1,22 @@
-package controlplane
+// Package nodeauth owns the agents' identities (docs/controlplane.md,
+// "Agent certificates"): which node ids a verified TLS client certificate
+// may act as (Rule, read from the --agent-identities file by Load), and
+// the gRPC interceptors that refuse every other node id an agent names,
+// on each Heartbeat and each xDS request (Checker.ServerOptions).
+//
+// A lease lets an agent forward to the source, and the drain of a cutover
+// trusts what an agent reports for its node id: an agent that could speak
+// for another node could report it drained.
+//
+// It does not import the control plane, and needs nothing of it: the
+// control plane (controlplane.NodeIdentity) holds a Checker and hands its
+// ServerOptions to the gRPC servers of the leader and the followers.
+package nodeauth
 
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path"
@@ -20,16 +34,15 @@ import (
 	"github.com/baton-kafka/baton/internal/access"
 )
 
-// Agent identities (docs/controlplane.md, "Agent certificates").
-//
-// A lease lets an agent forward to the source, and the drain of a cutover
-// trusts what an agent reports for its node id: an agent that could speak
-// for another node could report it drained. With NodeIdentity, the gRPC
-// services check every node id an agent names (each Heartbeat, each xDS
-// request) against the verified TLS client certificate of its connection.
+// Errors.
+var (
+	// ErrBadConfig refuses a node identity file; the message says where
+	// and why.
+	ErrBadConfig = errors.New("nodeauth: bad config")
+)
 
-// NodeRule lets a certificate identity act as some node ids.
-type NodeRule struct {
+// Rule lets a certificate identity act as some node ids.
+type Rule struct {
 	// Identity is one of a certificate's identities: a URI SAN (a SPIFFE
 	// id, say), a DNS SAN or the subject's common name.
 	Identity string `yaml:"identity"`
@@ -38,25 +51,17 @@ type NodeRule struct {
 	Nodes []string `yaml:"nodes"`
 }
 
-// NodeIdentity makes the gRPC services refuse a node id the connection's
-// client certificate does not vouch for, overriding no check. A node id is
-// allowed when it equals one of the certificate's identities, or matches a
-// pattern of a rule for one of them. The gRPC server MUST require and verify
-// client certificates (tls.RequireAndVerifyClientCert) and take its
-// interceptors from ServerOptions.
-func NodeIdentity(rules []NodeRule) Opt {
-	return optFunc(func(c *config) { c.nodeAuth = &nodeAuth{rules: rules} })
+// New is the check of rules.
+func New(rules []Rule) *Checker { return &Checker{rules: rules} }
+
+// Load reads a node identity file: a YAML list of identity and nodes.
+func Load(file string) ([]Rule, error) {
+	return access.Load(file, "agent identities", ErrBadConfig, Parse)
 }
 
-// LoadNodeRules reads a node identity file: a YAML list of identity and
-// nodes.
-func LoadNodeRules(file string) ([]NodeRule, error) {
-	return access.Load(file, "agent identities", ErrBadConfig, ParseNodeRules)
-}
-
-// ParseNodeRules parses and validates a node identity file's contents.
-func ParseNodeRules(b []byte) ([]NodeRule, error) {
-	rs, err := access.Decode[NodeRule](b, "agent identities", ErrBadConfig)
+// Parse parses and validates a node identity file's contents.
+func Parse(b []byte) ([]Rule, error) {
+	rs, err := access.Decode[Rule](b, "agent identities", ErrBadConfig)
 	if err != nil {
 		return nil, err
 	}
@@ -76,21 +81,21 @@ func ParseNodeRules(b []byte) ([]NodeRule, error) {
 	return rs, nil
 }
 
-type nodeAuth struct {
-	rules  []NodeRule
+// Checker refuses a node id the connection's verified client certificate
+// does not vouch for. A node id is allowed when it equals one of the
+// certificate's identities, or matches a pattern of a rule for one of
+// them. The gRPC server MUST require and verify client certificates
+// (tls.RequireAndVerifyClientCert) and take its interceptors from
+// ServerOptions.
+type Checker struct {
+	rules  []Rule
 	log    *slog.Logger
 	warned sync.Map // "identities -> node" refused, logged once
 }
 
-// ServerOptions returns the gRPC server options the control plane's checks
-// need (NodeIdentity's interceptors); none without them.
-func (cp *ControlPlane) ServerOptions() []grpc.ServerOption { return cp.cfg.serverOptions(cp.log) }
-
-func (c *config) serverOptions(log *slog.Logger) []grpc.ServerOption {
-	a := c.nodeAuth
-	if a == nil {
-		return nil
-	}
+// ServerOptions returns the gRPC server options of the check: its
+// interceptors, logging each refusal once to log.
+func (a *Checker) ServerOptions(log *slog.Logger) []grpc.ServerOption {
 	a.log = log
 	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(a.unary), grpc.ChainStreamInterceptor(a.stream)}
 }
@@ -112,7 +117,7 @@ func identities(ctx context.Context) ([]string, error) {
 }
 
 // allow refuses node unless one of ids vouches for it.
-func (a *nodeAuth) allow(ids []string, node string) error {
+func (a *Checker) allow(ids []string, node string) error {
 	if slices.Contains(ids, node) {
 		return nil
 	}
@@ -134,7 +139,7 @@ func (a *nodeAuth) allow(ids []string, node string) error {
 	return status.Error(codes.PermissionDenied, msg)
 }
 
-func (a *nodeAuth) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+func (a *Checker) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	ids, err := identities(ctx)
 	if err != nil {
 		return nil, err
@@ -147,7 +152,7 @@ func (a *nodeAuth) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, 
 	return handler(ctx, req)
 }
 
-func (a *nodeAuth) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+func (a *Checker) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	ids, err := identities(ss.Context())
 	if err != nil {
 		return err
@@ -168,7 +173,7 @@ func (a *nodeAuth) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInf
 // MUST name one (xDS clients send it first; later ones may omit it).
 type checkedStream struct {
 	grpc.ServerStream
-	auth *nodeAuth
+	auth *Checker
 	ids  []string
 	node string // allowed so far; "" before the first request
 	// refused is the refusal that ended the stream, if any: set by
@@ -177,6 +182,8 @@ type checkedStream struct {
 	mu      sync.Mutex
 	refused error
 }
+
+var _ grpc.ServerStream = (*checkedStream)(nil)
 
 func (s *checkedStream) refuse(err error) error {
 	s.mu.Lock()

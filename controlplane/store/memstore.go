@@ -1,4 +1,4 @@
-package controlplane
+package store
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package controlplane
+package store
 
 import (
 	"context"
@@ -65,6 +65,10 @@ func TestEmbeddedDataDirLocked(t *testing.T) {
 // with an error ("request timed out" after a stall). The event log must
 // not then lose every later event to a sequence number already taken: an
 // append whose number is taken by itself counts as done (no duplicate),
+
+// Event kinds the tests append: the store keeps any.
+const kindAdded, kindTimedOut, kindDrained, kindRolledBack = "added", "timed_out", "agent_drained", "rolled_back"
+
 // one taken by another event goes after it.
 func TestAppendEventAfterAnUncertainWrite(t *testing.T) {
 	t.Parallel()
@@ -86,19 +90,19 @@ func TestAppendEventAfterAnUncertainWrite(t *testing.T) {
 		}
 	}
 	at := time.Now().UTC()
-	e1 := Event{Topic: "t", Kind: EventAdded, Time: at}
+	e1 := Event{Topic: "t", Kind: kindAdded, Time: at}
 	if _, err := s.AppendEvent(ctx, e1); err != nil {
 		t.Fatal(err)
 	}
-	e2 := Event{Topic: "t", Kind: EventTimedOut, Time: at.Add(time.Second)}
+	e2 := Event{Topic: "t", Kind: kindTimedOut, Time: at.Add(time.Second)}
 	applied := e2
 	applied.Seq = 2
 	put(applied)
 	if got, err := s.AppendEvent(ctx, e2); err != nil || got.Seq != 2 {
 		t.Fatalf("appending an event already applied at 2: seq %d, %v; want 2, no error", got.Seq, err)
 	}
-	put(Event{Seq: 3, Topic: "t", Kind: EventAgentDrained, Time: at.Add(2 * time.Second)})
-	e3 := Event{Topic: "t", Kind: EventRolledBack, Time: at.Add(3 * time.Second)}
+	put(Event{Seq: 3, Topic: "t", Kind: kindDrained, Time: at.Add(2 * time.Second)})
+	e3 := Event{Topic: "t", Kind: kindRolledBack, Time: at.Add(3 * time.Second)}
 	if got, err := s.AppendEvent(ctx, e3); err != nil || got.Seq != 4 {
 		t.Fatalf("appending after an event written by another: seq %d, %v; want 4, no error", got.Seq, err)
 	}
@@ -110,7 +114,7 @@ func TestAppendEventAfterAnUncertainWrite(t *testing.T) {
 	for _, e := range evs {
 		kinds = append(kinds, e.Kind)
 	}
-	if want := []string{EventAdded, EventTimedOut, EventAgentDrained, EventRolledBack}; !slices.Equal(kinds, want) {
+	if want := []string{kindAdded, kindTimedOut, kindDrained, kindRolledBack}; !slices.Equal(kinds, want) {
 		t.Errorf("event log %v, want %v", kinds, want)
 	}
 }

@@ -1,8 +1,26 @@
-package controlplane
+// Package txngate owns what the control plane asks the source about a
+// topic's transactional producers (docs/design.md §9, "Transactional
+// producers"): who they are (Reader; Source reads them with Kafka's admin
+// requests), the transactional-producer gate's refusal (Gate.Check), and
+// which open transactions held a cutover that rolls back (Gate.HeldBy).
+//
+// A transaction lives on the source's coordinator; the agents refuse
+// transactional writes to a COMPLETE topic (filter/txnguard), so no
+// transaction is ever split across the clusters. What is left to the
+// control plane is to not cut over a topic that a transactional producer
+// writes, and to say, when a cutover rolls back, which open transactions
+// held it.
+//
+// It does not import the control plane: the control plane builds a Gate
+// from its options (WithTransactions, TransactionalProducerWindow), its
+// clock and its logger, and calls it from its gates and its rollback.
+package txngate
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
@@ -11,26 +29,26 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 )
 
-// Transactional producers and the cutover (docs/design.md §9,
-// "Transactional producers"). A transaction lives on the source's
-// coordinator; the agents refuse transactional writes to a COMPLETE topic
-// (filter/txnguard), so no transaction is ever split across the clusters.
-// What is left to the control plane is to not cut over a topic that a
-// transactional producer writes (the transactional-producer gate), and to
-// say, when a cutover rolls back, which open transactions held it.
+// Errors.
+var (
+	// ErrRead: the source's transactional producers of a topic could not
+	// be read (DescribeProducers, ListTransactions, DescribeTransactions);
+	// the message says which and why.
+	ErrRead = errors.New("controlplane: reading the source's transactions")
+)
 
-// Transactions is what the transactional-producer gate and a running
+// Reader is what the transactional-producer gate and a rolled-back
 // cutover ask the source about a topic's transactional producers.
-type Transactions interface {
+type Reader interface {
 	// Writers returns topic's transactional producers on the source:
 	// every one with an open transaction on a partition of it and, unless
 	// since is zero, every one whose last write to a partition of it is
 	// at or after since.
-	Writers(ctx context.Context, topic string, since time.Time) ([]TxnWriter, error)
+	Writers(ctx context.Context, topic string, since time.Time) ([]Writer, error)
 }
 
-// TxnWriter is one transactional producer of a topic.
-type TxnWriter struct {
+// Writer is one transactional producer of a topic.
+type Writer struct {
 	// TransactionalID is "" when no coordinator names the producer id:
 	// a hanging transaction, or one the control plane may not DESCRIBE.
 	TransactionalID string
@@ -50,7 +68,7 @@ type TxnWriter struct {
 }
 
 // describe says who w is and what it does, at now.
-func (w TxnWriter) describe(now time.Time) string {
+func (w Writer) describe(now time.Time) string {
 	var b strings.Builder
 	if w.TransactionalID != "" {
 		fmt.Fprintf(&b, "transactional id %q (producer %d, epoch %d", w.TransactionalID, w.ProducerID, w.ProducerEpoch)
@@ -87,7 +105,7 @@ func (w TxnWriter) describe(now time.Time) string {
 }
 
 // describeWriters is ws described, at most a few in full.
-func describeWriters(ws []TxnWriter, now time.Time) string {
+func describeWriters(ws []Writer, now time.Time) string {
 	const shown = 3
 	parts := make([]string, 0, min(len(ws), shown)+1)
 	for _, w := range ws[:min(len(ws), shown)] {
@@ -99,7 +117,7 @@ func describeWriters(ws []TxnWriter, now time.Time) string {
 	return strings.Join(parts, "; ")
 }
 
-// SourceTransactions reads a topic's transactional producers from the
+// Source reads a topic's transactional producers from the
 // source with Kafka's admin requests: DescribeProducers on its partitions
 // (each leader's producer state: open transactions and last writes),
 // ListTransactions by producer id (which of them are transactional, and
@@ -108,28 +126,28 @@ func describeWriters(ws []TxnWriter, now time.Time) string {
 // principal needs READ on the topic and DESCRIBE on the transactional ids
 // (others are not listed: an open transaction of one is named by its
 // producer id only, a finished one not at all).
-type SourceTransactions struct{ Admin *kadm.Client }
+type Source struct{ Admin *kadm.Client }
 
-var _ Transactions = (*SourceTransactions)(nil)
+var _ Reader = (*Source)(nil)
 
 // ongoing are the coordinator states of a transaction not finished.
 var ongoing = []string{"Ongoing", "PrepareCommit", "PrepareAbort"}
 
-// Writers implements Transactions.
-func (s *SourceTransactions) Writers(ctx context.Context, topic string, since time.Time) ([]TxnWriter, error) {
+// Writers implements Reader.
+func (s *Source) Writers(ctx context.Context, topic string, since time.Time) ([]Writer, error) {
 	described, err := s.Admin.DescribeProducers(ctx, kadm.TopicsSet{topic: nil})
 	if err != nil {
-		return nil, fmt.Errorf("%w: DescribeProducers of %s: %w", ErrTransactions, topic, err)
+		return nil, fmt.Errorf("%w: DescribeProducers of %s: %w", ErrRead, topic, err)
 	}
 	dt, ok := described[topic]
 	if !ok || len(dt.Partitions) == 0 {
-		return nil, fmt.Errorf("%w: DescribeProducers of %s: the source answered for no partition of it", ErrTransactions, topic)
+		return nil, fmt.Errorf("%w: DescribeProducers of %s: the source answered for no partition of it", ErrRead, topic)
 	}
 	var producers []kadm.DescribedProducer
 	var pids []int64
 	for _, p := range dt.Partitions.Sorted() {
 		if p.Err != nil {
-			return nil, fmt.Errorf("%w: DescribeProducers of %s partition %d: %w", ErrTransactions, topic, p.Partition, p.Err)
+			return nil, fmt.Errorf("%w: DescribeProducers of %s partition %d: %w", ErrRead, topic, p.Partition, p.Err)
 		}
 		for _, d := range p.ActiveProducers.Sorted() {
 			producers = append(producers, d)
@@ -141,17 +159,17 @@ func (s *SourceTransactions) Writers(ctx context.Context, topic string, since ti
 	var named kadm.ListedTransactions
 	if len(pids) > 0 {
 		if named, err = s.Admin.ListTransactions(ctx, pids, nil); err != nil {
-			return nil, fmt.Errorf("%w: ListTransactions of producers %v: %w", ErrTransactions, pids, err)
+			return nil, fmt.Errorf("%w: ListTransactions of producers %v: %w", ErrRead, pids, err)
 		}
 	}
 	open, err := s.Admin.ListTransactions(ctx, nil, ongoing)
 	if err != nil {
-		return nil, fmt.Errorf("%w: ListTransactions %v: %w", ErrTransactions, ongoing, err)
+		return nil, fmt.Errorf("%w: ListTransactions %v: %w", ErrRead, ongoing, err)
 	}
 	var txns kadm.DescribedTransactions
 	if len(open) > 0 {
 		if txns, err = s.Admin.DescribeTransactions(ctx, open.TransactionalIDs()...); err != nil {
-			return nil, fmt.Errorf("%w: DescribeTransactions: %w", ErrTransactions, err)
+			return nil, fmt.Errorf("%w: DescribeTransactions: %w", ErrRead, err)
 		}
 	}
 	return writersOf(topic, producers, named, txns, since), nil
@@ -170,16 +188,16 @@ func candidate(d kadm.DescribedProducer, since time.Time) bool {
 // but that no coordinator names is idempotent, not transactional; one with
 // a transaction open is a writer whether it is named or not.
 func writersOf(topic string, producers []kadm.DescribedProducer, named kadm.ListedTransactions, txns kadm.DescribedTransactions,
-	since time.Time) []TxnWriter {
+	since time.Time) []Writer {
 	ids := map[int64]kadm.ListedTransaction{}
 	for _, l := range named {
 		ids[l.ProducerID] = l
 	}
-	byPID := map[int64]*TxnWriter{}
-	get := func(pid int64, epoch int16) *TxnWriter {
+	byPID := map[int64]*Writer{}
+	get := func(pid int64, epoch int16) *Writer {
 		w := byPID[pid]
 		if w == nil {
-			w = &TxnWriter{ProducerID: pid, ProducerEpoch: epoch, Open: map[int32]int64{}}
+			w = &Writer{ProducerID: pid, ProducerEpoch: epoch, Open: map[int32]int64{}}
 			if l, ok := ids[pid]; ok {
 				w.TransactionalID, w.State = l.TxnID, l.State
 			}
@@ -215,11 +233,11 @@ func writersOf(topic string, producers []kadm.DescribedProducer, named kadm.List
 			}
 		}
 	}
-	out := make([]TxnWriter, 0, len(byPID))
+	out := make([]Writer, 0, len(byPID))
 	for _, w := range byPID {
 		out = append(out, *w)
 	}
-	slices.SortFunc(out, func(a, b TxnWriter) int {
+	slices.SortFunc(out, func(a, b Writer) int {
 		if c := strings.Compare(a.TransactionalID, b.TransactionalID); c != 0 {
 			return c
 		}
@@ -234,34 +252,42 @@ func writersOf(topic string, producers []kadm.DescribedProducer, named kadm.List
 	return out
 }
 
-// DefaultTransactionalProducerWindow is how recently a transactional
-// producer must have written a topic for the transactional-producer gate
-// to refuse its cutover with no transaction open.
-const DefaultTransactionalProducerWindow = 5 * time.Minute
+// DefaultWindow is how recently a transactional producer must have
+// written a topic for the transactional-producer gate to refuse its
+// cutover with no transaction open.
+const DefaultWindow = 5 * time.Minute
 
-// txnGateTimeout bounds the gate's reads of the source.
-const txnGateTimeout = 10 * time.Second
+// Timeouts of the Gate's reads of the source.
+const (
+	// checkTimeout bounds the gate's reads.
+	checkTimeout = 10 * time.Second
+	// heldByTimeout bounds the read of a rolled-back cutover's open
+	// transactions: the rollback waits for it.
+	heldByTimeout = 2 * time.Second
+)
 
-// WithTransactions sets how the control plane reads the source's
-// transactional producers (default none: no transactional-producer gate,
-// and a rollback does not name open transactions). baton controlplane
-// sets SourceTransactions on the source's admin client.
-func WithTransactions(t Transactions) Opt { return optFunc(func(c *config) { c.txns = t }) }
-
-// TransactionalProducerWindow sets how recently a transactional producer
-// must have written a topic for the transactional-producer gate to refuse
-// its cutover when no transaction is open (default
-// DefaultTransactionalProducerWindow; 0 turns the gate off).
-func TransactionalProducerWindow(d time.Duration) Opt {
-	return optFunc(func(c *config) { c.txnWindow = d })
+// Gate is the transactional-producer gate and the rollback's account of
+// open transactions, over Reader.
+type Gate struct {
+	// Reader reads the source; nil: no gate, and HeldBy names nothing.
+	Reader Reader
+	// Window is how recently a transactional producer must have written
+	// a topic for Check to refuse it with no transaction open.
+	Window time.Duration
+	Now    func() time.Time
+	Log    *slog.Logger
 }
 
-// transactionalGate is the transactional-producer gate's check.
-func (cp *ControlPlane) transactionalGate(ctx context.Context, topic string) string {
-	ctx, cancel := context.WithTimeout(ctx, txnGateTimeout)
+// On says whether the gate checks anything: a Reader and a window.
+func (g *Gate) On() bool { return g.Reader != nil && g.Window > 0 }
+
+// Check is the transactional-producer gate: why topic may not cut over
+// now, "" if it may.
+func (g *Gate) Check(ctx context.Context, topic string) string {
+	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
-	now := cp.now()
-	ws, err := cp.cfg.txns.Writers(ctx, topic, now.Add(-cp.cfg.txnWindow))
+	now := g.Now()
+	ws, err := g.Reader.Writers(ctx, topic, now.Add(-g.Window))
 	if err != nil {
 		return fmt.Sprintf("cannot tell whether a transactional producer writes the topic: %v (the control plane's source "+
 			"principal needs READ on the topic and DESCRIBE on transactional ids)", err)
@@ -276,32 +302,28 @@ func (cp *ControlPlane) transactionalGate(ctx context.Context, topic string) str
 	return fmt.Sprintf("%d %s the source topic (a transaction open, or a write within %v): %s; "+
 		"a transaction cannot span the clusters, and after the cutover the agents refuse its writes to the topic "+
 		"(TOPIC_AUTHORIZATION_FAILED): stop it, cut over, then restart it against the destination; or keep the topic on the source",
-		len(ws), what, cp.cfg.txnWindow, describeWriters(ws, now))
+		len(ws), what, g.Window, describeWriters(ws, now))
 }
 
-// openTxnsTimeout bounds the read of a rolled-back cutover's open
-// transactions: the rollback waits for it.
-const openTxnsTimeout = 2 * time.Second
-
-// openTxns names topic's open transactions on the source for a cutover
+// HeldBy names topic's open transactions on the source for a cutover
 // that is about to roll back ("" for none, or when they cannot be read):
 // an open transaction holds the copy at its first offset, below the end
 // offsets, until it ends, so one open now is what held this cutover.
-func (cp *ControlPlane) openTxns(ctx context.Context, topic string) string {
-	if cp.cfg.txns == nil {
+func (g *Gate) HeldBy(ctx context.Context, topic string) string {
+	if g.Reader == nil {
 		return ""
 	}
-	ctx, cancel := context.WithTimeout(ctx, openTxnsTimeout)
+	ctx, cancel := context.WithTimeout(ctx, heldByTimeout)
 	defer cancel()
-	ws, err := cp.cfg.txns.Writers(ctx, topic, time.Time{})
+	ws, err := g.Reader.Writers(ctx, topic, time.Time{})
 	if err != nil {
-		cp.log.Debug("reading the source's open transactions for a rollback", "topic", topic, "err", err)
+		g.Log.Debug("reading the source's open transactions for a rollback", "topic", topic, "err", err)
 		return ""
 	}
 	if len(ws) == 0 {
 		return ""
 	}
 	return "open transactions on the source topic hold the copy at their first offset, below the end offsets " +
-		"(it reads committed data only): " + describeWriters(ws, cp.now()) +
+		"(it reads committed data only): " + describeWriters(ws, g.Now()) +
 		"; they end when their producers commit or abort, or at their transaction timeout"
 }

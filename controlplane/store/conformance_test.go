@@ -1,10 +1,10 @@
-package controlplane_test
+package store_test
 
 import (
 	"sync"
 	"testing"
 
-	"github.com/baton-kafka/baton/controlplane"
+	"github.com/baton-kafka/baton/controlplane/store"
 	"github.com/baton-kafka/baton/controlplane/storetest"
 )
 
@@ -12,7 +12,7 @@ import (
 // what the control plane's tests show on it holds on etcd too.
 func TestMemStoreConformance(t *testing.T) {
 	t.Parallel()
-	storetest.Run(t, storetest.Impl{Open: func(*testing.T) controlplane.Store { return controlplane.NewMemStore() }})
+	storetest.Run(t, storetest.Impl{Open: func(*testing.T) store.Store { return store.NewMemStore() }})
 }
 
 // TestEtcdStoreConformance runs the suite on embedded etcd, reopened on
@@ -23,10 +23,10 @@ func TestEtcdStoreConformance(t *testing.T) {
 	}
 	t.Parallel()
 	var mu sync.Mutex
-	dirs := map[controlplane.Store]string{}
-	open := func(t *testing.T, dir string) controlplane.Store {
+	dirs := map[store.Store]string{}
+	open := func(t *testing.T, dir string) store.Store {
 		t.Helper()
-		s, err := controlplane.OpenEmbedded(t.Context(), dir)
+		s, err := store.OpenEmbedded(t.Context(), dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -36,8 +36,8 @@ func TestEtcdStoreConformance(t *testing.T) {
 		return s
 	}
 	storetest.Run(t, storetest.Impl{
-		Open: func(t *testing.T) controlplane.Store { return open(t, t.TempDir()) },
-		Reopen: func(t *testing.T, s controlplane.Store) controlplane.Store {
+		Open: func(t *testing.T) store.Store { return open(t, t.TempDir()) },
+		Reopen: func(t *testing.T, s store.Store) store.Store {
 			mu.Lock()
 			dir := dirs[s]
 			mu.Unlock()

@@ -1,4 +1,4 @@
-package controlplane
+package nodeauth
 
 import (
 	"context"
@@ -23,13 +23,22 @@ import (
 	"github.com/baton-kafka/baton/xds"
 )
 
-// With NodeIdentity, an agent may name only the node ids its client
-// certificate vouches for, on the Lease service and on xDS; without a
-// client certificate it does not get in.
-func TestNodeIdentity(t *testing.T) {
+// leases is a Lease service granting every heartbeat it is let through.
+type leases struct {
+	batonv1.UnimplementedLeaseServer
+}
+
+func (leases) Heartbeat(context.Context, *batonv1.HeartbeatRequest) (*batonv1.HeartbeatResponse, error) {
+	return &batonv1.HeartbeatResponse{Granted: true}, nil
+}
+
+// Behind a Checker's interceptors, an agent may name only the node ids its
+// client certificate vouches for, on the Lease service and on xDS; without
+// a client certificate it does not get in.
+func TestChecker(t *testing.T) {
 	t.Parallel()
 	ca := testcert.New(t)
-	rules, err := ParseNodeRules([]byte(`
+	rules, err := Parse([]byte(`
 - identity: spiffe://cluster.local/ns/team-a/sa/producer
   nodes: ["producer-*"]
 `))
@@ -38,17 +47,14 @@ func TestNodeIdentity(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cp, err := New(ctx, WithStore(NewMemStore()), WithReplication(idleReplication{}), NodeIdentity(rules),
-		Logger(slog.New(slog.NewTextHandler(io.Discard, nil))),
-		Clusters(&batonv1.Cluster{Name: "source"}, &batonv1.Cluster{Name: "destination"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cp.Close)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{ca.Server}, ClientCAs: ca.Pool,
 		ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12})
-	g := grpc.NewServer(append(cp.ServerOptions(), grpc.Creds(creds))...)
-	cp.Register(g)
+	g := grpc.NewServer(append(New(rules).ServerOptions(log), grpc.Creds(creds))...)
+	x := xds.NewServer(xds.WithLogger(log))
+	x.Update(xds.Resources{Version: 1, Targets: map[string]xds.Target{}})
+	x.Register(g)
+	batonv1.RegisterLeaseServer(g, leases{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -127,7 +133,7 @@ func TestNodeIdentity(t *testing.T) {
 	}
 }
 
-func TestParseNodeRulesRefuses(t *testing.T) {
+func TestParseRefuses(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct{ file, want string }{
 		{`[{nodes: [a]}]`, "identities[0]: identity is required"},
@@ -135,7 +141,7 @@ func TestParseNodeRulesRefuses(t *testing.T) {
 		{`[{identity: x, nodes: ["[a"]}]`, `identities[0] (x): nodes: pattern "[a"`},
 		{`[{identity: x, nodes: [a], node: b}]`, "field node not found"},
 	} {
-		if _, err := ParseNodeRules([]byte(tt.file)); !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), tt.want) {
+		if _, err := Parse([]byte(tt.file)); !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: %v, want ErrBadConfig containing %q", tt.file, err, tt.want)
 		}
 	}
