@@ -13,9 +13,9 @@ import (
 // What the store keeps: the topics, the agents' lease state and the
 // audit log's events.
 
-// Shadow switches the PROXY shadow-destination features (docs/design.md §12:
-// latency emulation and the auth check are built, the others are not acted
-// on yet).
+// Shadow switches the PROXY shadow-destination features (docs/design.md §12):
+// latency emulation, the auth check and its enforcement, and the headroom
+// check are built; Tagging is pushed to agents but no agent acts on it.
 type Shadow struct {
 	LatencyEmulation bool `json:"latencyEmulation,omitempty"`
 	AuthCheck        bool `json:"authCheck,omitempty"`
