@@ -322,6 +322,45 @@ function fill(tbody, items, sig, build) {
   tbody.replaceChildren(...items.map(build));
 }
 
+// fillRows is fill for a table whose rows are items with a data-topic: a
+// row whose text changed (lag and rate change at every poll) is updated in
+// place, cell by cell, and its buttons are kept, only their disabled state
+// and title updated, so that a click landing while the row updates still
+// reaches its button. Rows are added, removed and reordered as items are.
+function fillRows(tbody, items, sig, build) {
+  const key = (operator() ? "1" : "0");
+  const old = new Map();
+  for (const tr of tbody.rows) if (tr.dataset.topic !== undefined) old.set(tr.dataset.topic, tr);
+  const rows = items.map((item) => {
+    const next = build(item);
+    const s = JSON.stringify(sig(item)) + key;
+    const tr = old.get(next.dataset.topic);
+    if (!tr) {
+      next.dataset.sig = s;
+      return next;
+    }
+    old.delete(next.dataset.topic);
+    if (tr.dataset.sig === s) return tr;
+    tr.dataset.sig = s;
+    [...next.cells].forEach((td, i) => {
+      const cur = tr.cells[i];
+      if (cur.querySelector("button")) {
+        const bs = cur.querySelectorAll("button");
+        next.querySelectorAll("td")[i].querySelectorAll("button").forEach((b, j) => {
+          bs[j].disabled = b.disabled;
+          bs[j].title = b.title;
+        });
+      } else if (cur.innerHTML !== td.innerHTML) {
+        cur.replaceChildren(...td.childNodes);
+      }
+    });
+    return tr;
+  });
+  for (const tr of old.values()) tr.remove();
+  const same = rows.length === tbody.rows.length && rows.every((tr, i) => tbody.rows[i] === tr);
+  if (!same) tbody.replaceChildren(...rows);
+}
+
 function progressOf(name) {
   return ((S.overview && S.overview.topics) || []).find((p) => p.topic === name) || {};
 }
@@ -329,7 +368,7 @@ function progressOf(name) {
 function renderTopics() {
   const canOp = operator();
   const why = S.caller ? "needs the operator role" : "sign in first";
-  fill(
+  fillRows(
     $("topics-table").tBodies[0],
     S.topics,
     (t) => {
