@@ -54,33 +54,23 @@ type cpLink struct {
 	// unleased: a produce went to the source without a lease since the
 	// lease was last seen valid (mayForward logs the first).
 	unleased atomic.Bool
-	// kicks asks run for a heartbeat now (kick); nil: none is sent.
-	kicks chan struct{}
-}
-
-// kick asks for a heartbeat now, coalesced with one already asked for.
-func (l *cpLink) kick() {
-	if l.kicks == nil {
-		return
-	}
-	select {
-	case l.kicks <- struct{}{}:
-	default:
-	}
 }
 
 // settled is called when a topic's last forwarded produce settles: a topic
 // the agent has stopped forwarding (MIGRATING) is then drained, and the
 // control plane hears it from a heartbeat now rather than at the next
-// renewal, up to a third of a lease later: the cutover waits on it.
+// renewal, up to a third of a lease later: the cutover waits on it. The
+// keeper sends it after the heartbeat in flight, if any (xds.LeaseKeeper.Kick):
+// a report sent alongside it could arrive first and be overwritten by the
+// older one.
 func (a *Agent) settled(topic string) {
 	if a.cp != nil && a.routes.Lookup(topic).Target() != filter.Source {
-		a.cp.kick()
+		a.cp.keeper.Kick()
 	}
 }
 
 func (a *Agent) newCPLink() (*cpLink, error) {
-	l := &cpLink{kicks: make(chan struct{}, 1)}
+	l := &cpLink{}
 	var err error
 	l.client, err = xds.NewClient(a.cfg.cpConn, a.cfg.cpNode, xds.OnRoutes(a.applyRoutes), xds.ClientLogger(a.log))
 	if err != nil {
@@ -115,25 +105,10 @@ func (l *cpLink) leaseGauge() prometheus.Collector {
 
 func (l *cpLink) run(ctx context.Context) {
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(2)
 	go func() { defer wg.Done(); _ = l.client.Run(ctx) }()
 	go func() { defer wg.Done(); _ = l.keeper.Run(ctx) }()
-	go func() { defer wg.Done(); l.heartbeatOnKick(ctx) }()
 	wg.Wait()
-}
-
-// heartbeatOnKick sends a heartbeat for each kick until ctx ends.
-func (l *cpLink) heartbeatOnKick(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-l.kicks:
-		}
-		hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, _ = l.keeper.Heartbeat(hctx)
-		cancel()
-	}
 }
 
 // applyRoutes replaces the route table with what the control plane sent.
@@ -169,12 +144,13 @@ func (a *Agent) applyRoutes(version uint64, trs []*batonv1.TopicRoute) error {
 	a.cp.routed.Store(true)
 	a.log.Info("routes applied", "version", version, "topics", len(routes))
 	// Tell the control plane now rather than at the next renewal: a lease
-	// is granted only to an agent that applied the newest version.
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_, _ = a.cp.keeper.Heartbeat(ctx)
-	}()
+	// is granted only to an agent that applied the newest version. Kick,
+	// not a heartbeat of its own: one in flight, its report made before
+	// this version was applied, could reach the control plane after it and
+	// overwrite it, with nothing to send the version again until the next
+	// renewal. The keeper sends it after the one in flight, and again if it
+	// fails.
+	a.cp.keeper.Kick()
 	return nil
 }
 

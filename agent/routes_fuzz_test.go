@@ -87,7 +87,8 @@ func topicRoutes(b []byte) []*batonv1.TopicRoute {
 func FuzzApplyRoutes(f *testing.F) {
 	f.Add([]byte("\x06orders\x02\x00\x03\xe8\x03pay\x03\x01\x00\x00"))
 	f.Add([]byte("\x01b\x09\x00\x00\x00"))
-	// The heartbeat applyRoutes sends goes nowhere: port 1 refuses it.
+	// The keeper never runs: the heartbeat applyRoutes asks for (Kick) is
+	// never sent, and port 1 would refuse it.
 	conn, err := grpc.NewClient("127.0.0.1:1", grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		f.Fatal(err)

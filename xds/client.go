@@ -651,6 +651,12 @@ type LeaseKeeper struct {
 	lastAnsweredAt time.Time
 	incarnation    uint64
 	renewed        chan struct{} // closed, and replaced, at every granted heartbeat
+
+	// sending is held (a token in it) from a heartbeat's report to its
+	// answer: heartbeats go one at a time.
+	sending chan struct{}
+	// kicked holds a heartbeat Kick asked for and Run has not sent yet.
+	kicked chan struct{}
 }
 
 // NewLeaseKeeper returns a keeper for node; report is called for every
@@ -665,7 +671,7 @@ func NewLeaseKeeper(conn grpc.ClientConnInterface, node *core.Node,
 		return nil, fmt.Errorf("%w: node id and report are required", ErrBadConfig)
 	}
 	k := &LeaseKeeper{cfg: cfg, client: batonv1.NewLeaseClient(conn), conn: conn, node: node, report: report, lease: migration.DefaultLease, // until the first grant says otherwise
-		renewed: make(chan struct{}), incarnation: rand.Uint64() | 1}
+		renewed: make(chan struct{}), incarnation: rand.Uint64() | 1, sending: make(chan struct{}, 1), kicked: make(chan struct{}, 1)}
 	if t, ok := conn.(interface{ Target() string }); ok {
 		k.target = t.Target()
 	}
@@ -704,8 +710,18 @@ func (k *LeaseKeeper) Last() *batonv1.HeartbeatResponse {
 }
 
 // Heartbeat sends one heartbeat and, if granted, extends the lease to
-// send time + lease.
+// send time + lease. Heartbeats go one at a time: one waits (within ctx)
+// for the one in flight to be answered or to fail before it makes its
+// report. The control plane keeps the last report it received, so a
+// report made earlier must never reach it after one made later (two
+// unary calls at once may arrive in either order).
 func (k *LeaseKeeper) Heartbeat(ctx context.Context) (*batonv1.HeartbeatResponse, error) {
+	select {
+	case k.sending <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-k.sending }()
 	// Stamped before the report is made: the report then holds every
 	// write answered before sent_at (bypass detection relies on it), and
 	// the lease clock starts no later than the request.
@@ -749,10 +765,28 @@ func (k *LeaseKeeper) Heartbeat(ctx context.Context) (*batonv1.HeartbeatResponse
 	return resp, nil
 }
 
+// Kick asks Run for a heartbeat now rather than at the next renewal (a
+// route version applied, a topic drained: the control plane waits on such
+// reports), and returns at once. Run sends it after the heartbeat in flight,
+// if any, is answered, with a report made then: a change made while a
+// heartbeat is in flight reaches the control plane in the next one, never
+// overtaken by a report made before it. Kicks not yet sent coalesce into
+// one; a kicked heartbeat that fails is retried like any other, at Run's
+// backoff rather than at the next renewal, so the report is sent once the
+// control plane answers again. A kick before Run starts is covered by
+// Run's first heartbeat.
+func (k *LeaseKeeper) Kick() {
+	select {
+	case k.kicked <- struct{}{}:
+	default:
+	}
+}
+
 // Run heartbeats every lease/3 until ctx ends (sooner after a refusal or
-// an error), and returns nil then. Losing the control plane is logged once
-// at WARN and its return once at INFO; each failed attempt in between only
-// at DEBUG, since retries come every few hundred milliseconds.
+// an error, and at once after a Kick), and returns nil then. Losing the
+// control plane is logged once at WARN and its return once at INFO; each
+// failed attempt in between only at DEBUG, since retries come every few
+// hundred milliseconds.
 func (k *LeaseKeeper) Run(ctx context.Context) error {
 	var lostAt time.Time // zero while the control plane answers
 	for {
@@ -763,6 +797,12 @@ func (k *LeaseKeeper) Run(ctx context.Context) error {
 		limit := k.lease
 		k.mu.Unlock()
 		hctx, cancel := context.WithTimeout(ctx, limit)
+		// This heartbeat's report is made after now: it covers every
+		// kick so far. A kick from here on asks for the next one.
+		select {
+		case <-k.kicked:
+		default:
+		}
 		resp, err := k.Heartbeat(hctx)
 		cancel()
 		k.mu.Lock()
@@ -792,13 +832,19 @@ func (k *LeaseKeeper) Run(ctx context.Context) error {
 			every = min(every, k.cfg.minBackoff*4)
 		}
 		var ready <-chan struct{}
+		kicked := k.kicked
 		if err != nil {
 			ready = k.whenReady(ctx, every)
+			// The retry's report covers a kick meanwhile: a kick does not
+			// cut the backoff short against a control plane that fails.
+			kicked = nil
 		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(every):
+		case <-kicked:
+			// A change to report (Kick).
 		case <-ready:
 			// A replica that was down, or newly elected, accepted the
 			// connection: heartbeat now, not at the next retry.
