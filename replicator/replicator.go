@@ -355,6 +355,7 @@ func (r *Replicator) Run(ctx context.Context) error {
 			t.ready = false
 			for _, p := range t.parts {
 				p.inited, p.busy, p.usedPID, p.srcLeader, p.dstLeader = false, false, false, -1, -1
+				p.produceTo = nil // closed with the Run
 			}
 		}
 		r.notifyLocked()
@@ -372,6 +373,10 @@ func (r *Replicator) Run(ctx context.Context) error {
 		return fmt.Errorf("replicator: destination client: %w", err)
 	}
 	defer r.dst.Close()
+	// Emptied before the clients are made, so that a Run returning while
+	// making them leaves no closed client for the next Run.
+	r.produceTo = make([]*kgo.Client, 0, produceClients)
+	defer func() { r.produceTo = nil }() // after every copy step ended
 	for range produceClients {
 		cl, err := kgo.NewClient(append(append([]kgo.Opt{kgo.SeedBrokers(r.cfg.destination...)}, common...), r.cfg.dstOpts...)...)
 		if err != nil {
@@ -380,8 +385,7 @@ func (r *Replicator) Run(ctx context.Context) error {
 		defer cl.Close()
 		r.produceTo = append(r.produceTo, cl)
 	}
-	defer func() { r.produceTo = nil }() // after every copy step ended
-	r.mu.Lock()                          // SyncGroups reads them from other goroutines
+	r.mu.Lock() // SyncGroups reads them from other goroutines
 	r.srcAdm, r.dstAdm = kadm.NewClient(r.src), kadm.NewClient(r.dst)
 	r.mu.Unlock()
 
