@@ -788,7 +788,11 @@ func (r *Replicator) produceOnce(ctx context.Context, p *partState, req *kmsg.Pr
 		p.dstLeader = l
 	}
 	sent := time.Now()
-	kresp, err := r.dst.Broker(int(p.dstLeader)).Request(ctx, req)
+	cl := p.produceTo
+	if cl == nil {
+		cl = r.dst
+	}
+	kresp, err := cl.Broker(int(p.dstLeader)).Request(ctx, req)
 	if err != nil {
 		return 0, err
 	}

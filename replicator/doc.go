@@ -46,7 +46,11 @@
 //     mirrors later changes (set and removed keys) every ConfigSyncInterval,
 //     except the configs the replicator controls (controlledConfigs).
 //   - Schedule orders the work: migrating topics, then shortest job first
-//     across topics, then most lag first within a topic.
+//     across topics, then most lag first within a topic. Besides the
+//     Workers, each partition of a migrating topic is copied on a lane of
+//     its own, so a cutover's catch-up waits for no other copy step; and
+//     copy steps produce to D over several connections per broker (a
+//     broker answers one request of a connection at a time).
 //
 // The package also holds Verify, the record-by-record parity check behind
 // `baton verify parity`.

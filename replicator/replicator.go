@@ -19,6 +19,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kversion"
 )
 
+// produceClients is how many clients, each with connections of its own,
+// copy steps produce to D with (Replicator.produceTo).
+const produceClients = 8
+
 // Defaults of the options below.
 const (
 	DefaultWorkers        = 4
@@ -111,7 +115,9 @@ func Destination(bootstrap ...string) Opt {
 func Topics(t ...string) Opt { return optFunc(func(c *config) { c.topics = t }) }
 
 // Workers sets how many partitions are copied at once, overriding 4. Which
-// partitions go first is Schedule's decision.
+// partitions go first is Schedule's decision. The partitions of a migrating
+// topic (SetMigrating) are copied besides them, each on a lane of its own:
+// a cutover's catch-up never waits for a worker.
 func Workers(n int) Opt { return optFunc(func(c *config) { c.workers = n }) }
 
 // FetchMaxBytes bounds one fetch from S (and so one copy step of a
@@ -162,7 +168,12 @@ type Replicator struct {
 	now     func() time.Time
 	metrics *metrics
 
-	src, dst       *kgo.Client
+	src, dst *kgo.Client
+	// produceTo are the clients copy steps produce to D with, each with a
+	// connection of its own to each broker: a broker answers one request
+	// of a connection at a time, so steps sharing one would wait for each
+	// other's produce. Worker (and lane) i uses produceTo[i%len].
+	produceTo      []*kgo.Client
 	srcAdm, dstAdm *kadm.Client
 
 	mu     sync.Mutex
@@ -184,8 +195,11 @@ type Replicator struct {
 	// set migrating is copied to the source's end without waiting a tick.
 	sampleNow chan struct{}
 	running   bool
-	pid       producerID // the run's shared producer id, zero before InitProducerId
-	order     string     // last schedule, for the debug log
+	// lanes is how many copy goroutines run besides the workers, for the
+	// partitions of migrating topics (laneKeeper).
+	lanes int
+	pid   producerID // the run's shared producer id, zero before InitProducerId
+	order string     // last schedule, for the debug log
 
 	onRead     atomic.Pointer[func(SourceRead)] // OnSourceRead's callback
 	onProgress atomic.Pointer[func(string)]     // OnProgress's callback
@@ -239,6 +253,9 @@ type partState struct {
 	gone bool
 
 	srcLeader, dstLeader int32
+	// produceTo is the client the step in flight produces with (its
+	// worker's).
+	produceTo *kgo.Client
 }
 
 // New validates the options. Run connects and copies.
@@ -331,13 +348,14 @@ func (r *Replicator) Run(ctx context.Context) error {
 	r.mu.Unlock()
 	defer func() {
 		r.mu.Lock()
-		r.running = false
+		r.running, r.lanes = false, 0 // every lane ended with ctx
 		r.srcAdm, r.dstAdm = nil, nil
 		r.pid = producerID{}
 		for _, t := range r.topics {
 			t.ready = false
 			for _, p := range t.parts {
 				p.inited, p.busy, p.usedPID, p.srcLeader, p.dstLeader = false, false, false, -1, -1
+				p.produceTo = nil // closed with the Run
 			}
 		}
 		r.notifyLocked()
@@ -355,6 +373,18 @@ func (r *Replicator) Run(ctx context.Context) error {
 		return fmt.Errorf("replicator: destination client: %w", err)
 	}
 	defer r.dst.Close()
+	// Emptied before the clients are made, so that a Run returning while
+	// making them leaves no closed client for the next Run.
+	r.produceTo = make([]*kgo.Client, 0, produceClients)
+	defer func() { r.produceTo = nil }() // after every copy step ended
+	for range produceClients {
+		cl, err := kgo.NewClient(append(append([]kgo.Opt{kgo.SeedBrokers(r.cfg.destination...)}, common...), r.cfg.dstOpts...)...)
+		if err != nil {
+			return fmt.Errorf("replicator: destination client: %w", err)
+		}
+		defer cl.Close()
+		r.produceTo = append(r.produceTo, cl)
+	}
 	r.mu.Lock() // SyncGroups reads them from other goroutines
 	r.srcAdm, r.dstAdm = kadm.NewClient(r.src), kadm.NewClient(r.dst)
 	r.mu.Unlock()
@@ -374,12 +404,51 @@ func (r *Replicator) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); r.configSyncer(ctx, r.cfg.configSyncInterval) }()
 	}
-	for range r.cfg.workers {
+	for i := range r.cfg.workers {
 		wg.Add(1)
-		go func() { defer wg.Done(); r.worker(ctx) }()
+		go func() { defer wg.Done(); r.worker(ctx, false, r.produceTo[i%len(r.produceTo)]) }()
 	}
+	wg.Add(1)
+	go func() { defer wg.Done(); r.laneKeeper(ctx, &wg) }()
 	wg.Wait()
 	return nil
+}
+
+// laneKeeper keeps one lane per partition of the migrating topics running
+// (laneWantLocked) until ctx ends. A lane is a worker that copies only
+// migrating topics' partitions, so that the final catch-up of a cutover
+// copies every partition of the topic at once, none waiting for one of the
+// Workers to finish a step of another. A lane with nothing to copy ends
+// when there are more lanes than wanted. The keeper is one of wg's own,
+// so that the lanes it adds are waited for by Run.
+func (r *Replicator) laneKeeper(ctx context.Context, wg *sync.WaitGroup) {
+	for {
+		r.mu.Lock()
+		for want := r.laneWantLocked(); r.lanes < want; r.lanes++ {
+			cl := r.produceTo[(r.cfg.workers+r.lanes)%len(r.produceTo)]
+			wg.Add(1)
+			go func() { defer wg.Done(); r.worker(ctx, true, cl) }()
+		}
+		ch := r.changed
+		r.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch:
+		}
+	}
+}
+
+// laneWantLocked is how many lanes the migrating topics want: one per
+// partition of each that is being copied. r.mu is held.
+func (r *Replicator) laneWantLocked() int {
+	n := 0
+	for _, t := range r.topics {
+		if t.migrating && t.ready && !t.paused && !t.stopping {
+			n += len(t.parts)
+		}
+	}
+	return n
 }
 
 // loadMaps creates the offset map topic if needed and reads it, retrying
@@ -618,10 +687,15 @@ func (r *Replicator) Stop(ctx context.Context, topic string) (Stopped, error) {
 	return out, nil
 }
 
-// worker copies one partition step at a time, in Schedule's order.
-func (r *Replicator) worker(ctx context.Context) {
+// worker copies one partition step at a time, in Schedule's order; a lane
+// (laneKeeper) only the partitions of migrating topics, and it ends when
+// it has nothing to copy and more lanes run than are wanted.
+func (r *Replicator) worker(ctx context.Context, lane bool, dst *kgo.Client) {
 	for {
-		p, wait, retryIn := r.pick()
+		p, wait, retryIn, end := r.pick(lane)
+		if end {
+			return
+		}
 		if p == nil {
 			select {
 			case <-ctx.Done():
@@ -631,6 +705,7 @@ func (r *Replicator) worker(ctx context.Context) {
 			}
 			continue
 		}
+		p.produceTo = dst
 		err := r.step(ctx, p)
 		r.mu.Lock()
 		p.busy = false
@@ -673,8 +748,11 @@ func (r *Replicator) worker(ctx context.Context) {
 
 // pick chooses the next partition to copy and marks it busy, or returns a
 // channel that is closed when the state changes and how long until the
-// first partition waiting out a failure's backoff may be retried.
-func (r *Replicator) pick() (*partState, <-chan struct{}, time.Duration) {
+// first partition waiting out a failure's backoff may be retried. For a
+// lane it chooses among migrating topics' partitions only, and says the
+// lane ends (end) instead when none is to be copied and more lanes run
+// than are wanted.
+func (r *Replicator) pick(lane bool) (_ *partState, _ <-chan struct{}, _ time.Duration, end bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.now()
@@ -684,7 +762,7 @@ func (r *Replicator) pick() (*partState, <-chan struct{}, time.Duration) {
 	retryIn := time.Duration(math.MaxInt64)
 	held := r.leasedLocked()
 	for _, t := range r.topics {
-		if !t.ready || t.paused || t.stopping {
+		if !t.ready || t.paused || t.stopping || (lane && !t.migrating) {
 			continue
 		}
 		for _, p := range t.parts {
@@ -707,7 +785,11 @@ func (r *Replicator) pick() (*partState, <-chan struct{}, time.Duration) {
 		}
 	}
 	if len(cands) == 0 {
-		return nil, r.changed, retryIn
+		if lane && r.lanes > r.laneWantLocked() {
+			r.lanes--
+			return nil, nil, 0, true
+		}
+		return nil, r.changed, retryIn, false
 	}
 	order := Schedule(cands)
 	if r.log.Enabled(context.Background(), slog.LevelDebug) {
@@ -719,7 +801,7 @@ func (r *Replicator) pick() (*partState, <-chan struct{}, time.Duration) {
 	}
 	p := byKey[order[0]]
 	p.busy = true
-	return p, nil, 0
+	return p, nil, 0, false
 }
 
 // leasedLocked returns, under Leases, the partitions (of every topic,
